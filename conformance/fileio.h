@@ -1,0 +1,31 @@
+/* fileio.h: whole-file reads and atomic writes for the kit.
+ * An atomic write goes to a temporary file beside the target and is renamed over it
+ * only once everything is written and flushed, so a failure never leaves partial output. */
+#ifndef QSPEC_KIT_FILEIO_H
+#define QSPEC_KIT_FILEIO_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "qspec/status.h"
+
+/* Reads the whole of path into a malloc'd buffer (NUL-terminated, *len excludes it). */
+qs_status qsk_read_file(qs_ctx *ctx, const char *path, char **buf, size_t *len);
+
+/* An atomic output file in progress. */
+typedef struct qsk_atomic {
+    FILE *fp;
+    char *path;
+    char *tmp_path;
+} qsk_atomic;
+
+/* Opens a temporary file beside path for writing. */
+qs_status qsk_atomic_open(qs_ctx *ctx, qsk_atomic *a, const char *path);
+/* Flushes, closes and renames the temporary over path; on any error removes it. */
+qs_status qsk_atomic_commit(qs_ctx *ctx, qsk_atomic *a);
+/* Closes and removes the temporary without touching path. */
+void qsk_atomic_abort(qsk_atomic *a);
+/* Writes len bytes of buf to path atomically. */
+qs_status qsk_write_file(qs_ctx *ctx, const char *path, const void *buf, size_t len);
+
+#endif

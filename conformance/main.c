@@ -1,0 +1,118 @@
+/* main.c: the qspec command-line tool — git-style subcommands over the reference and
+ * the conformance kit. `qspec help` lists them; `qspec help CMD` and `CMD --help` show one. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qspec/qspec.h"
+
+static const qsk_command *const commands[] = {
+    &qsk_cmd_help,
+    &qsk_cmd_version,
+    &qsk_cmd_backends,
+};
+
+int qsk_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "qspec%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return QSK_EXIT_USAGE;
+}
+
+int qsk_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+void qsk_print_help(FILE *fp, const qsk_command *cmd)
+{
+    fputs(cmd->usage, fp);
+}
+
+const qsk_command *qsk_find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(commands[i]->name, name) == 0)
+            return commands[i];
+    return NULL;
+}
+
+static void print_overview(FILE *fp)
+{
+    fprintf(fp, "usage: qspec [--version] [--help] COMMAND [ARGS]\n\n"
+                "qspec is an executable specification of low-precision (FP8/FP4) training\n"
+                "semantics and a conformance kit that checks backends against it.\n\n"
+                "Commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(fp, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(fp, "\nRun 'qspec help COMMAND' for a command's options. Exit status: 0 success,\n"
+                "1 a check failed, 2 bad usage or input.\n");
+}
+
+static int help_run(int argc, char **argv)
+{
+    if (argc == 0) {
+        print_overview(stdout);
+        return QSK_EXIT_OK;
+    }
+    if (argc > 1)
+        return qsk_usage_error("help", "takes at most one command name, got %d arguments", argc);
+    if (qsk_is_help(argv[0])) {
+        qsk_print_help(stdout, &qsk_cmd_help);
+        return QSK_EXIT_OK;
+    }
+    const qsk_command *c = qsk_find_command(argv[0]);
+    if (!c)
+        return qsk_usage_error("help", "unknown command '%s' (see 'qspec help')", argv[0]);
+    qsk_print_help(stdout, c);
+    return QSK_EXIT_OK;
+}
+
+const qsk_command qsk_cmd_help = {
+    "help", "show the commands, or one command's help",
+    "usage: qspec help [COMMAND]\n\n"
+    "Without COMMAND, lists the commands. With it, prints that command's help.\n",
+    help_run};
+
+static int version_run(int argc, char **argv)
+{
+    if (argc == 1 && qsk_is_help(argv[0])) {
+        qsk_print_help(stdout, &qsk_cmd_version);
+        return QSK_EXIT_OK;
+    }
+    if (argc != 0)
+        return qsk_usage_error("version", "takes no arguments, got '%s'", argv[0]);
+    printf("qspec %s (backend ABI %u)\n", qs_version(), QS_BACKEND_ABI_VERSION);
+    return QSK_EXIT_OK;
+}
+
+const qsk_command qsk_cmd_version = {
+    "version", "print the kit version and the backend ABI version",
+    "usage: qspec version\n\nPrints the qspec version and the backend plugin ABI version.\n",
+    version_run};
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_overview(stderr);
+        return QSK_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (qsk_is_help(name)) {
+        print_overview(stdout);
+        return QSK_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0)
+        return version_run(0, NULL);
+    if (name[0] == '-')
+        return qsk_usage_error(NULL, "unknown option '%s' (see 'qspec help')", name);
+    const qsk_command *c = qsk_find_command(name);
+    if (!c)
+        return qsk_usage_error(NULL, "unknown command '%s' (see 'qspec help')", name);
+    return c->run(argc - 2, argv + 2);
+}

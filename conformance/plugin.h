@@ -1,0 +1,33 @@
+/* plugin.h: finding and loading backend plugins (include/qspec/backend.h).
+ * A backend is named "ref" (built in), by a path containing '/', or by a short name NAME
+ * looked up as libqspec-NAME.so in each directory of QSPEC_BACKEND_PATH (colon-separated),
+ * then in the installed plugin directory. */
+#ifndef QSPEC_KIT_PLUGIN_H
+#define QSPEC_KIT_PLUGIN_H
+
+#include "qspec/backend.h"
+
+typedef struct qsk_plugin {
+    char *path;                /* the file loaded; NULL for the built-in reference */
+    void *handle;              /* dlopen handle */
+    const qs_backend *table;   /* the plugin's table */
+    void *state;               /* from table->open, NULL if not open */
+    int usable;                /* opened successfully */
+    char why[256];             /* when not usable: the reason */
+} qsk_plugin;
+
+/* Resolves a backend name to the path of its shared object (malloc'd); QS_ERR_IO if no
+ * file is found, with the places searched in the message. */
+qs_status qsk_plugin_resolve(qs_ctx *ctx, const char *name, char **path);
+/* Loads the plugin at path, checks its entry point and ABI version, then opens it. A
+ * plugin that loads but cannot open (no GPU) returns QS_OK with usable = 0 and why set;
+ * a missing file, a missing entry point or a wrong ABI returns QS_ERR_IO / QS_ERR_ABI. */
+qs_status qsk_plugin_load(qs_ctx *ctx, const char *path, qsk_plugin *p);
+/* Closes and unloads. */
+void qsk_plugin_unload(qsk_plugin *p);
+/* Lists the plugin files found on the search path (malloc'd array of malloc'd paths). */
+qs_status qsk_plugin_discover(qs_ctx *ctx, char ***paths, size_t *count);
+/* The search directories, in order, as one colon-separated string (static buffer). */
+const char *qsk_plugin_search_path(void);
+
+#endif

@@ -1,0 +1,77 @@
+/* plugin.cu: the CUDA backend plugin's entry point and device probe.
+ * Built as libqspec-cuda.so against include/qspec/backend.h only. open() fails with a
+ * clear reason when no CUDA device (or driver) is present; kernels register their
+ * capability bits and slots in the table as they are added. */
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "qspec/backend.h"
+
+namespace {
+
+struct cuda_state {
+    int device;
+    char desc[512];
+};
+
+cuda_state g_state;
+
+qs_status cuda_open(void **state, char *why, size_t why_len)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        snprintf(why, why_len, "no CUDA GPU is present (%s)",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        return QS_ERR_UNSUPPORTED;
+    }
+    cudaDeviceProp prop;
+    err = cudaGetDeviceProperties(&prop, 0);
+    if (err != cudaSuccess) {
+        snprintf(why, why_len, "cannot query CUDA device 0: %s", cudaGetErrorString(err));
+        return QS_ERR_UNSUPPORTED;
+    }
+    g_state.device = 0;
+    snprintf(g_state.desc, sizeof g_state.desc, "%.200s, sm_%d%d, %.0f GiB, %d device%s", prop.name,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             count, count == 1 ? "" : "s");
+    *state = &g_state;
+    return QS_OK;
+}
+
+void cuda_close(void *state)
+{
+    (void)state;
+}
+
+const char *cuda_device(void *state)
+{
+    return static_cast<cuda_state *>(state)->desc;
+}
+
+qs_backend make_table()
+{
+    qs_backend t;
+    memset(&t, 0, sizeof t);
+    t.abi_version = QS_BACKEND_ABI_VERSION;
+    t.struct_size = sizeof(qs_backend);
+    t.name = "cuda";
+    t.version = "0.1.0";
+    t.caps = 0;
+    t.open = cuda_open;
+    t.close = cuda_close;
+    t.device = cuda_device;
+    return t;
+}
+
+const qs_backend g_table = make_table();
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const qs_backend *
+qs_backend_entry_v1(unsigned abi_version)
+{
+    return abi_version == QS_BACKEND_ABI_VERSION ? &g_table : nullptr;
+}

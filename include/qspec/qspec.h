@@ -1,0 +1,22 @@
+/* qspec.h: the umbrella header of libqspec, the qspec reference. */
+#ifndef QSPEC_QSPEC_H
+#define QSPEC_QSPEC_H
+
+#include "status.h"
+#include "tensor.h"
+#include "format.h"
+#include "mathf.h"
+#include "random.h"
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library version, "MAJOR.MINOR.PATCH". */
+const char *qs_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

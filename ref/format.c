@@ -1,0 +1,3 @@
+/* format.c: placeholder, being written. */
+#include "qspec/qspec.h"
+typedef int qsi_format_placeholder;

@@ -1,0 +1,3 @@
+/* mathf.c: placeholder, being written. */
+#include "qspec/qspec.h"
+typedef int qsi_mathf_placeholder;
