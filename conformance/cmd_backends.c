@@ -32,12 +32,15 @@ static void print_caps(uint64_t caps)
         printf("none");
 }
 
-/* Loads one plugin and prints its line; returns 0 if it loaded (usable or not). */
-static int show_plugin(qs_ctx *ctx, const char *path)
+/* Loads one plugin and prints its lines; returns 0 if it loaded (usable or not). When it
+ * does not load, the error is printed under the path only if list_errors is set (a listing);
+ * otherwise the caller reports it. */
+static int show_plugin(qs_ctx *ctx, const char *path, int list_errors)
 {
     qsk_plugin p;
     if (qsk_plugin_load(ctx, path, &p) != QS_OK) {
-        printf("%-8s %s\n         error: %s\n", "?", path, qs_ctx_errmsg(ctx));
+        if (list_errors)
+            printf("%-8s %s\n         error: %s\n", "?", path, qs_ctx_errmsg(ctx));
         return 1;
     }
     printf("%-8s %s\n", p.table->name, path);
@@ -77,7 +80,7 @@ static int backends_run(int argc, char **argv)
         if (qsk_plugin_resolve(ctx, only, &path) != QS_OK) {
             rc = qsk_usage_error("backends", "%s", qs_ctx_errmsg(ctx));
         } else {
-            rc = show_plugin(ctx, path) ? qsk_usage_error("backends", "%s", qs_ctx_errmsg(ctx))
+            rc = show_plugin(ctx, path, 0) ? qsk_usage_error("backends", "%s", qs_ctx_errmsg(ctx))
                                         : QSK_EXIT_OK;
             free(path);
         }
@@ -91,7 +94,7 @@ static int backends_run(int argc, char **argv)
         size_t n = 0;
         if (qsk_plugin_discover(ctx, &paths, &n) == QS_OK) {
             for (size_t i = 0; i < n; i++) {
-                show_plugin(ctx, paths[i]);
+                show_plugin(ctx, paths[i], 1);
                 free(paths[i]);
             }
             free(paths);
