@@ -10,8 +10,8 @@ enum { QSK_EXIT_OK = 0, QSK_EXIT_FAIL = 1, QSK_EXIT_USAGE = 2 };
 
 typedef struct qsk_command {
     const char *name;
-    const char *summary;          /* one line for `qspec help` */
-    const char *usage;            /* the full help text for `qspec help NAME` */
+    const char *summary; /* one line for `qspec help` */
+    const char *usage;   /* the full help text for `qspec help NAME` */
     int (*run)(int argc, char **argv);
 } qsk_command;
 

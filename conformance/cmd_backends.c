@@ -49,8 +49,7 @@ static int show_plugin(qs_ctx *ctx, const char *path, int list_errors)
     print_caps(p.table->caps);
     printf("\n");
     if (p.usable)
-        printf("         usable: %s\n",
-               p.table->device ? p.table->device(p.state) : "yes");
+        printf("         usable: %s\n", p.table->device ? p.table->device(p.state) : "yes");
     else
         printf("         not usable: %s\n", p.why);
     qsk_plugin_unload(&p);
@@ -81,7 +80,7 @@ static int backends_run(int argc, char **argv)
             rc = qsk_usage_error("backends", "%s", qs_ctx_errmsg(ctx));
         } else {
             rc = show_plugin(ctx, path, 0) ? qsk_usage_error("backends", "%s", qs_ctx_errmsg(ctx))
-                                        : QSK_EXIT_OK;
+                                           : QSK_EXIT_OK;
             free(path);
         }
         qs_ctx_free(ctx);

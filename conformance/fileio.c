@@ -92,8 +92,8 @@ qs_status qsk_atomic_commit(qs_ctx *ctx, qsk_atomic *a)
         return st;
     }
     if (rename(a->tmp_path, a->path) != 0) {
-        qs_status st =
-            qs_ctx_error(ctx, QS_ERR_IO, "%s: cannot rename into place: %s", a->path, strerror(errno));
+        qs_status st = qs_ctx_error(ctx, QS_ERR_IO, "%s: cannot rename into place: %s", a->path,
+                                    strerror(errno));
         qsk_atomic_abort(a);
         return st;
     }

@@ -122,9 +122,9 @@ qs_status qsk_plugin_load(qs_ctx *ctx, const char *path, qsk_plugin *p)
     memcpy(&entry, &sym, sizeof entry); /* object-to-function pointer, as POSIX allows */
     const qs_backend *t = entry(QS_BACKEND_ABI_VERSION);
     if (!t || t->abi_version != QS_BACKEND_ABI_VERSION) {
-        qs_status st = qs_ctx_error(
-            ctx, QS_ERR_ABI, "backend %s: ABI version %u, but this kit needs %u", path,
-            t ? t->abi_version : 0u, QS_BACKEND_ABI_VERSION);
+        qs_status st =
+            qs_ctx_error(ctx, QS_ERR_ABI, "backend %s: ABI version %u, but this kit needs %u", path,
+                         t ? t->abi_version : 0u, QS_BACKEND_ABI_VERSION);
         qsk_plugin_unload(p);
         return st;
     }

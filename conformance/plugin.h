@@ -8,12 +8,12 @@
 #include "qspec/backend.h"
 
 typedef struct qsk_plugin {
-    char *path;                /* the file loaded; NULL for the built-in reference */
-    void *handle;              /* dlopen handle */
-    const qs_backend *table;   /* the plugin's table */
-    void *state;               /* from table->open, NULL if not open */
-    int usable;                /* opened successfully */
-    char why[256];             /* when not usable: the reason */
+    char *path;              /* the file loaded; NULL for the built-in reference */
+    void *handle;            /* dlopen handle */
+    const qs_backend *table; /* the plugin's table */
+    void *state;             /* from table->open, NULL if not open */
+    int usable;              /* opened successfully */
+    char why[256];           /* when not usable: the reason */
 } qsk_plugin;
 
 /* Resolves a backend name to the path of its shared object (malloc'd); QS_ERR_IO if no

@@ -13,12 +13,18 @@ static const struct {
     const char *alias;
     unsigned bits;
 } dtype_table[] = {
-    {QS_FP32, "fp32", "float32", 32}, {QS_FP64, "fp64", "float64", 64},
-    {QS_BF16, "bf16", "bfloat16", 16}, {QS_FP16, "fp16", "float16", 16},
-    {QS_E4M3, "e4m3", "float8_e4m3fn", 8}, {QS_E5M2, "e5m2", "float8_e5m2", 8},
-    {QS_E8M0, "e8m0", "float8_e8m0fnu", 8}, {QS_E2M1, "e2m1", "float4_e2m1fn", 4},
-    {QS_E2M3, "e2m3", "float6_e2m3fn", 8}, {QS_E3M2, "e3m2", "float6_e3m2fn", 8},
-    {QS_U8, "u8", "uint8", 8}, {QS_I32, "i32", "int32", 32},
+    {QS_FP32, "fp32", "float32", 32},
+    {QS_FP64, "fp64", "float64", 64},
+    {QS_BF16, "bf16", "bfloat16", 16},
+    {QS_FP16, "fp16", "float16", 16},
+    {QS_E4M3, "e4m3", "float8_e4m3fn", 8},
+    {QS_E5M2, "e5m2", "float8_e5m2", 8},
+    {QS_E8M0, "e8m0", "float8_e8m0fnu", 8},
+    {QS_E2M1, "e2m1", "float4_e2m1fn", 4},
+    {QS_E2M3, "e2m3", "float6_e2m3fn", 8},
+    {QS_E3M2, "e3m2", "float6_e3m2fn", 8},
+    {QS_U8, "u8", "uint8", 8},
+    {QS_I32, "i32", "int32", 32},
     {QS_I64, "i64", "int64", 64},
 };
 

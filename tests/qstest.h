@@ -19,6 +19,7 @@ static inline int qst_run(Suite *s)
 }
 
 /* Path of a file under the source tree's tests/fixtures (static buffer per call site). */
-#define QST_FIXTURE(buf, name) (snprintf((buf), sizeof(buf), "%s/tests/fixtures/%s", QS_TEST_SRCDIR, (name)), (buf))
+#define QST_FIXTURE(buf, name)                                                                     \
+    (snprintf((buf), sizeof(buf), "%s/tests/fixtures/%s", QS_TEST_SRCDIR, (name)), (buf))
 
 #endif

@@ -6,10 +6,9 @@
 
 START_TEST(test_every_status_has_a_distinct_name_and_text)
 {
-    const qs_status all[] = {QS_OK,          QS_ERR_INVALID_ARG, QS_ERR_NOMEM, QS_ERR_IO,
-                             QS_ERR_FORMAT,  QS_ERR_UNSUPPORTED, QS_ERR_SHAPE, QS_ERR_DTYPE,
-                             QS_ERR_STATE,   QS_ERR_ABI,         QS_ERR_INJECTED,
-                             QS_ERR_INTERNAL};
+    const qs_status all[] = {QS_OK,         QS_ERR_INVALID_ARG, QS_ERR_NOMEM,    QS_ERR_IO,
+                             QS_ERR_FORMAT, QS_ERR_UNSUPPORTED, QS_ERR_SHAPE,    QS_ERR_DTYPE,
+                             QS_ERR_STATE,  QS_ERR_ABI,         QS_ERR_INJECTED, QS_ERR_INTERNAL};
     size_t n = sizeof all / sizeof all[0];
     for (size_t i = 0; i < n; i++) {
         ck_assert_str_ne(qs_status_name(all[i]), "QS_UNKNOWN");

@@ -20,16 +20,16 @@ extern "C" {
 #endif
 
 #define QS_BACKEND_ABI_VERSION 1u
-#define QS_BACKEND_ENTRY_NAME "qs_backend_entry_v1"
+#define QS_BACKEND_ENTRY_NAME  "qs_backend_entry_v1"
 
 /* Capability bits: one per kernel family a backend may implement. */
-#define QS_CAP_CAST           (UINT64_C(1) << 0)  /* element format conversion */
-#define QS_CAP_QUANT_DELAYED  (UINT64_C(1) << 1)
-#define QS_CAP_QUANT_CURRENT  (UINT64_C(1) << 2)
-#define QS_CAP_QUANT_MXFP8    (UINT64_C(1) << 3)
-#define QS_CAP_QUANT_BLOCK    (UINT64_C(1) << 4)
-#define QS_CAP_QUANT_NVFP4    (UINT64_C(1) << 5)
-#define QS_CAP_DEQUANT        (UINT64_C(1) << 6)
+#define QS_CAP_CAST          (UINT64_C(1) << 0) /* element format conversion */
+#define QS_CAP_QUANT_DELAYED (UINT64_C(1) << 1)
+#define QS_CAP_QUANT_CURRENT (UINT64_C(1) << 2)
+#define QS_CAP_QUANT_MXFP8   (UINT64_C(1) << 3)
+#define QS_CAP_QUANT_BLOCK   (UINT64_C(1) << 4)
+#define QS_CAP_QUANT_NVFP4   (UINT64_C(1) << 5)
+#define QS_CAP_DEQUANT       (UINT64_C(1) << 6)
 
 /* A conversion request: n FP32 values to codes of format dt under mode (one per element;
  * E2M1 codes one per byte here, not packed). */
@@ -47,11 +47,11 @@ struct qs_quantize_args;
 struct qs_dequantize_args;
 
 typedef struct qs_backend {
-    uint32_t abi_version;   /* QS_BACKEND_ABI_VERSION */
-    uint32_t struct_size;   /* sizeof(qs_backend) as the plugin was built */
-    const char *name;       /* short name, "cuda" */
-    const char *version;    /* the backend's own version string */
-    uint64_t caps;          /* QS_CAP_* bits */
+    uint32_t abi_version; /* QS_BACKEND_ABI_VERSION */
+    uint32_t struct_size; /* sizeof(qs_backend) as the plugin was built */
+    const char *name;     /* short name, "cuda" */
+    const char *version;  /* the backend's own version string */
+    uint64_t caps;        /* QS_CAP_* bits */
 
     /* Opens the backend: probes the device. On failure returns an error and writes a
      * one-line reason ("no CUDA device is present") into why[0..why_len). */

@@ -10,14 +10,14 @@
 extern "C" {
 #endif
 
-float qs_expf(float x);    /* e^x, correctly rounded [MATH-EXP] */
-float qs_exp2f(float x);   /* 2^x, correctly rounded [MATH-EXP2] */
-float qs_logf(float x);    /* ln x, correctly rounded [MATH-LOG] */
-float qs_log1pf(float x);  /* ln(1+x), correctly rounded [MATH-LOG1P] */
-float qs_sinf(float x);    /* sin x, correctly rounded for |x| <= QS_MATHF_TRIG_MAX [MATH-SIN] */
-float qs_cosf(float x);    /* cos x, correctly rounded for |x| <= QS_MATHF_TRIG_MAX [MATH-COS] */
-float qs_sqrtf(float x);   /* IEEE square root [MATH-SQRT] */
-float qs_rsqrtf(float x);  /* 1/sqrt(x), correctly rounded [MATH-RSQRT] */
+float qs_expf(float x);      /* e^x, correctly rounded [MATH-EXP] */
+float qs_exp2f(float x);     /* 2^x, correctly rounded [MATH-EXP2] */
+float qs_logf(float x);      /* ln x, correctly rounded [MATH-LOG] */
+float qs_log1pf(float x);    /* ln(1+x), correctly rounded [MATH-LOG1P] */
+float qs_sinf(float x);      /* sin x, correctly rounded for |x| <= QS_MATHF_TRIG_MAX [MATH-SIN] */
+float qs_cosf(float x);      /* cos x, correctly rounded for |x| <= QS_MATHF_TRIG_MAX [MATH-COS] */
+float qs_sqrtf(float x);     /* IEEE square root [MATH-SQRT] */
+float qs_rsqrtf(float x);    /* 1/sqrt(x), correctly rounded [MATH-RSQRT] */
 float qs_sigmoidf(float x);  /* composition of spec/mathf.md [MATH-SIGMOID] */
 float qs_softplusf(float x); /* composition of spec/mathf.md [MATH-SOFTPLUS] */
 float qs_siluf(float x);     /* composition of spec/mathf.md [MATH-SILU] */

@@ -46,12 +46,12 @@ size_t qs_dtype_bytes(qs_dtype dt, size_t n);
 
 typedef struct qs_tensor {
     qs_dtype dtype;
-    int ndim;                      /* 0..QS_MAX_DIMS; 0 is a scalar of one element */
+    int ndim; /* 0..QS_MAX_DIMS; 0 is a scalar of one element */
     int64_t shape[QS_MAX_DIMS];
-    int64_t strides[QS_MAX_DIMS];  /* in elements, row-major */
+    int64_t strides[QS_MAX_DIMS]; /* in elements, row-major */
     size_t numel;
     size_t nbytes;
-    void *data;                    /* owned: freed by qs_tensor_free */
+    void *data; /* owned: freed by qs_tensor_free */
 } qs_tensor;
 
 /* Allocates a zero-filled tensor. Rejects a bad dtype, ndim outside 0..8, a negative
