@@ -1,0 +1,599 @@
+/* cmd_run.c: `qspec run`, `qspec list`, `qspec show` and `qspec coverage` — running the
+ * conformance suite on a backend, listing and showing cases, and the rule coverage table.
+ * A run checks the reference's outputs against each case's golden digests, then compares
+ * the backend's outputs with the reference's as each output says. */
+#define _POSIX_C_SOURCE 200809L
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "compare.h"
+#include "fileio.h"
+#include "ops.h"
+#include "plugin.h"
+#include "qspec/qspec.h"
+#include "sha256.h"
+#include "suite.h"
+
+#define MAX_FAIL_LINES 3
+
+typedef enum { RES_PASS, RES_FAIL, RES_SKIP } res_kind;
+
+typedef struct case_result {
+    const qsk_case *c;
+    res_kind kind;
+    char message[512];
+} case_result;
+
+typedef struct run_opts {
+    const char *backend;
+    const char *filter;
+    const char *report_json;
+    int update_digests;
+    int quiet;
+} run_opts;
+
+static uint64_t case_seed(const qsk_case *c)
+{
+    return c->ninputs ? c->inputs[0].seed : 0;
+}
+
+static void tensor_digest(const qs_tensor *t, char hex[65])
+{
+    qsk_sha256_hex(t->data, t->nbytes, hex);
+}
+
+/* Prints one failure line and records the first as the case's message. */
+static void fail_line(case_result *r, int *lines, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail_line(case_result *r, int *lines, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (r->kind != RES_FAIL)
+        snprintf(r->message, sizeof r->message, "%s", buf);
+    r->kind = RES_FAIL;
+    if ((*lines)++ < MAX_FAIL_LINES)
+        printf("FAIL %s seed=%llu %s [%s:%d]\n", r->c->id, (unsigned long long)case_seed(r->c), buf,
+               r->c->file, r->c->pos.line);
+}
+
+static void check_digests(const qsk_case *c, const qsk_results *ref, case_result *r, int *lines,
+                          int update)
+{
+    for (size_t i = 0; i < c->noutputs; i++) {
+        const qsk_output *o = &c->outputs[i];
+        const qs_tensor *t = qsk_results_get(ref, o->name);
+        char hex[65];
+        if (!t) {
+            fail_line(r, lines, "output=%s: the reference produced no such output", o->name);
+            continue;
+        }
+        tensor_digest(t, hex);
+        if (update)
+            continue;
+        if (!o->digest[0])
+            fail_line(r, lines,
+                      "output=%s: no golden digest (digest: pending); run with --update-digests",
+                      o->name);
+        else if (strcmp(hex, o->digest) != 0)
+            fail_line(
+                r, lines,
+                "output=%s: reference regression: digest sha256:%s differs from the golden digest",
+                o->name, hex);
+    }
+}
+
+static void compare_outputs(const qsk_case *c, const qsk_results *ref, const qsk_results *got,
+                            case_result *r, int *lines)
+{
+    for (size_t i = 0; i < c->noutputs; i++) {
+        const qsk_output *o = &c->outputs[i];
+        const qs_tensor *e = qsk_results_get(ref, o->name), *x = qsk_results_get(got, o->name);
+        if (!e)
+            continue;
+        if (!x) {
+            fail_line(r, lines, "output=%s: the backend produced no such output", o->name);
+            continue;
+        }
+        char bname[QSK_NAME_LEN + 8];
+        snprintf(bname, sizeof bname, "%s.bound", o->name);
+        qsk_cmp_result cr;
+        if (qsk_compare(o, e, x, qsk_results_get(ref, bname), &cr))
+            continue;
+        char buf[400];
+        if (cr.detail[0])
+            snprintf(buf, sizeof buf, "output=%s: %s", o->name, cr.detail);
+        else if (cr.mismatches == 0)
+            snprintf(buf, sizeof buf, "output=%s: metric %.9g outside the bound %.9g", o->name,
+                     cr.metric, o->p1);
+        else
+            snprintf(buf, sizeof buf,
+                     "output=%s index=%zu expected=%s observed=%s mismatches=%zu/%zu", o->name,
+                     cr.first, cr.expected, cr.observed, cr.mismatches, e->numel);
+        fail_line(r, lines, "%s", buf);
+    }
+}
+
+static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int update,
+                     case_result *r, qsk_results *ref_keep)
+{
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    r->kind = RES_PASS;
+    int lines = 0;
+    const qsk_op *op = qsk_op_find(c->op);
+    qs_tensor inputs[16];
+    size_t nin = 0;
+    qsk_results ref = {0}, got = {0};
+    qs_status st = QS_OK;
+    for (; nin < c->ninputs && nin < 16 && st == QS_OK; nin++)
+        st = qsk_input_generate(ctx, &c->inputs[nin], &inputs[nin]);
+    if (st == QS_OK)
+        st = op->run_ref(ctx, c, inputs, &ref);
+    if (st != QS_OK) {
+        fail_line(r, &lines, "the reference failed: %s", qs_ctx_errmsg(ctx));
+    } else {
+        check_digests(c, &ref, r, &lines, update);
+        if (pl) {
+            st = op->run_backend(ctx, pl, c, inputs, &got);
+            if (st == QS_ERR_UNSUPPORTED && got.n == 0) {
+                if (r->kind == RES_PASS) {
+                    r->kind = RES_SKIP;
+                    snprintf(r->message, sizeof r->message, "not supported by backend %s",
+                             pl->table->name);
+                }
+            } else if (st != QS_OK) {
+                fail_line(r, &lines, "the backend failed: %s", qs_ctx_errmsg(ctx));
+            } else {
+                compare_outputs(c, &ref, &got, r, &lines);
+            }
+        }
+    }
+    if (lines > MAX_FAIL_LINES)
+        printf("FAIL %s: %d more failure lines not shown\n", c->id, lines - MAX_FAIL_LINES);
+    for (size_t i = 0; i < nin; i++)
+        qs_tensor_free(&inputs[i]);
+    qsk_results_free(&got);
+    *ref_keep = ref;
+}
+
+static void json_string(FILE *fp, const char *s)
+{
+    fputc('"', fp);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(fp, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(fp, "\\u%04x", ch);
+        else
+            fputc(ch, fp);
+    }
+    fputc('"', fp);
+}
+
+static const char *res_name(res_kind k)
+{
+    return k == RES_PASS ? "pass" : k == RES_FAIL ? "fail" : "not_supported";
+}
+
+static int write_json(qs_ctx *ctx, const char *path, const char *backend, const case_result *rs,
+                      size_t n, const qsk_suite *s, size_t counts[3])
+{
+    qsk_atomic a;
+    if (qsk_atomic_open(ctx, &a, path) != QS_OK)
+        return -1;
+    FILE *fp = a.fp;
+    fprintf(fp, "{\n  \"kit\": \"qspec\",\n  \"version\": \"%s\",\n  \"abi\": %u,\n  \"backend\": ",
+            qs_version(), QS_BACKEND_ABI_VERSION);
+    json_string(fp, backend);
+    fprintf(fp,
+            ",\n  \"summary\": {\"passed\": %zu, \"failed\": %zu, \"skipped\": %zu, "
+            "\"load_errors\": %zu},\n  \"load_errors\": [",
+            counts[RES_PASS], counts[RES_FAIL], counts[RES_SKIP], s->nerrors);
+    for (size_t i = 0; i < s->nerrors; i++) {
+        fputs(i ? ", " : "", fp);
+        json_string(fp, s->errors[i]);
+    }
+    fputs("],\n  \"results\": [\n", fp);
+    for (size_t i = 0; i < n; i++) {
+        fputs("    {\"id\": ", fp);
+        json_string(fp, rs[i].c->id);
+        fputs(", \"file\": ", fp);
+        json_string(fp, rs[i].c->file);
+        fprintf(fp, ", \"line\": %d, \"status\": \"%s\", \"message\": ", rs[i].c->pos.line,
+                res_name(rs[i].kind));
+        json_string(fp, rs[i].message);
+        fputs(", \"rules\": [", fp);
+        for (size_t k = 0; k < rs[i].c->nrules; k++) {
+            fputs(k ? ", " : "", fp);
+            json_string(fp, rs[i].c->rules[k]);
+        }
+        fprintf(fp, "]}%s\n", i + 1 < n ? "," : "");
+    }
+    fputs("  ]\n}\n", fp);
+    return qsk_atomic_commit(ctx, &a) == QS_OK ? 0 : -1;
+}
+
+/* Rewrites the digests of one file from the reference outputs, atomically. */
+static int update_file(qs_ctx *ctx, const qsk_case_file *f, qsk_results *refs)
+{
+    size_t extra = 0;
+    for (size_t i = 0; i < f->ncases; i++)
+        extra += f->cases[i].noutputs * 80;
+    char *out = malloc(f->len + extra + 1);
+    if (!out)
+        return -1;
+    size_t w = 0, r = 0;
+    for (size_t i = 0; i < f->ncases; i++)
+        for (size_t k = 0; k < f->cases[i].noutputs; k++) {
+            const qsk_output *o = &f->cases[i].outputs[k];
+            const qs_tensor *t = qsk_results_get(&refs[i], o->name);
+            if (!t)
+                continue;
+            memcpy(out + w, f->text + r, o->digest_start - r);
+            w += o->digest_start - r;
+            char hex[65];
+            tensor_digest(t, hex);
+            w += (size_t)sprintf(out + w, "sha256:%s", hex);
+            r = o->digest_end;
+        }
+    memcpy(out + w, f->text + r, f->len - r);
+    w += f->len - r;
+    int changed = w != f->len || memcmp(out, f->text, w) != 0;
+    int rc = 0;
+    if (changed) {
+        rc = qsk_write_file(ctx, f->path, out, w) == QS_OK ? 0 : -1;
+        if (rc == 0)
+            printf("updated digests in %s\n", f->path);
+    }
+    free(out);
+    return rc;
+}
+
+static int selected(const qsk_case *c, const char *filter)
+{
+    return !filter || fnmatch(filter, c->id, 0) == 0;
+}
+
+static int do_run(const run_opts *o, int npaths, char **paths)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    if (!ctx)
+        return qsk_usage_error("run", "out of memory");
+    qsk_plugin plugin, *pl = NULL;
+    if (strcmp(o->backend, "ref") != 0) {
+        char *path;
+        if (qsk_plugin_resolve(ctx, o->backend, &path) != QS_OK ||
+            qsk_plugin_load(ctx, path, &plugin) != QS_OK) {
+            int rc = qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
+            qs_ctx_free(ctx);
+            return rc;
+        }
+        free(path);
+        if (!plugin.usable) {
+            int rc = qsk_usage_error("run", "backend %s is not usable: %s", o->backend, plugin.why);
+            qsk_plugin_unload(&plugin);
+            qs_ctx_free(ctx);
+            return rc;
+        }
+        pl = &plugin;
+    }
+    qsk_suite s;
+    if (qsk_suite_load(ctx, npaths, paths, &s) != QS_OK) {
+        int rc = qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
+        if (pl)
+            qsk_plugin_unload(pl);
+        qs_ctx_free(ctx);
+        return rc;
+    }
+    for (size_t i = 0; i < s.nerrors; i++)
+        fprintf(stderr, "%s\n", s.errors[i]);
+    size_t total = 0;
+    for (size_t i = 0; i < s.nfiles; i++)
+        total += s.files[i].ncases;
+    case_result *rs = calloc(total + 1, sizeof *rs);
+    size_t n = 0, counts[3] = {0, 0, 0};
+    int tty = isatty(STDOUT_FILENO) && !o->quiet;
+    int io_failed = rs == NULL;
+    for (size_t i = 0; rs && i < s.nfiles; i++) {
+        qsk_case_file *f = &s.files[i];
+        qsk_results *refs = calloc(f->ncases + 1, sizeof *refs);
+        if (!refs) {
+            io_failed = 1;
+            break;
+        }
+        for (size_t k = 0; k < f->ncases; k++) {
+            if (!selected(&f->cases[k], o->filter))
+                continue;
+            if (tty)
+                fprintf(stdout, "\r\033[K[%zu/%zu] %s", n + 1, total, f->cases[k].id),
+                    fflush(stdout);
+            qsk_results ref;
+            if (tty)
+                fputs("\r\033[K", stdout);
+            run_case(ctx, &f->cases[k], pl, o->update_digests, &rs[n], &ref);
+            counts[rs[n].kind]++;
+            n++;
+            refs[k] = ref;
+        }
+        if (o->update_digests && update_file(ctx, f, refs) != 0) {
+            fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
+            io_failed = 1;
+        }
+        for (size_t k = 0; k < f->ncases; k++)
+            qsk_results_free(&refs[k]);
+        free(refs);
+    }
+    if (rs && o->report_json && write_json(ctx, o->report_json, o->backend, rs, n, &s, counts)) {
+        fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
+        io_failed = 1;
+    }
+    if (s.nerrors)
+        printf("%zu case file%s could not be loaded (see above)\n", s.nerrors,
+               s.nerrors == 1 ? "" : "s");
+    printf("%zu passed, %zu failed, %zu skipped\n", counts[RES_PASS], counts[RES_FAIL],
+           counts[RES_SKIP]);
+    int rc = (s.nerrors || io_failed) ? QSK_EXIT_USAGE
+             : counts[RES_FAIL]       ? QSK_EXIT_FAIL
+                                      : QSK_EXIT_OK;
+    free(rs);
+    qsk_suite_free(&s);
+    if (pl)
+        qsk_plugin_unload(pl);
+    qs_ctx_free(ctx);
+    return rc;
+}
+
+static int run_run(int argc, char **argv)
+{
+    run_opts o = {"ref", NULL, NULL, 0, 0};
+    int i = 0;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (qsk_is_help(a)) {
+            qsk_print_help(stdout, &qsk_cmd_run);
+            return QSK_EXIT_OK;
+        }
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-')
+            break;
+        const char **slot = strcmp(a, "--backend") == 0       ? &o.backend
+                            : strcmp(a, "--filter") == 0      ? &o.filter
+                            : strcmp(a, "--report-json") == 0 ? &o.report_json
+                                                              : NULL;
+        if (slot) {
+            if (i + 1 >= argc)
+                return qsk_usage_error("run", "option '%s' needs a value", a);
+            *slot = argv[++i];
+        } else if (strcmp(a, "--update-digests") == 0) {
+            o.update_digests = 1;
+        } else if (strcmp(a, "--quiet") == 0) {
+            o.quiet = 1;
+        } else {
+            return qsk_usage_error("run", "unknown option '%s'", a);
+        }
+    }
+    if (o.update_digests && strcmp(o.backend, "ref") != 0)
+        return qsk_usage_error(
+            "run", "--update-digests takes the reference's outputs: use it with --backend ref");
+    return do_run(&o, argc - i, argv + i);
+}
+
+const qsk_command qsk_cmd_run = {
+    "run", "run conformance cases on a backend and report",
+    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE]\n"
+    "                 [--update-digests] [--quiet] [CASES...]\n\n"
+    "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
+    "the installed suite, or the folder QSPEC_CASES names). For every case the reference\n"
+    "computes the outputs and checks them against the case's golden SHA-256 digests (a\n"
+    "mismatch is a reference regression); a plugin backend then runs the case and each\n"
+    "output is compared with the reference's as the case says. A case whose op the backend\n"
+    "lacks is reported as not supported (skipped), never run on the reference instead.\n\n"
+    "  --backend B        ref (default), a plugin name (cuda) or a path to a plugin\n"
+    "  --filter GLOB      run only the cases whose id matches GLOB\n"
+    "  --report-json F    write the results as JSON to F\n"
+    "  --update-digests   rewrite the cases' golden digests from the reference (ref only)\n"
+    "  --quiet            no progress line\n\n"
+    "Each failure prints one line: FAIL, the case id, the seed, the output, the first\n"
+    "mismatching index, expected and observed in hex and decimal, the mismatch count and\n"
+    "the case's file:line; at most 3 lines per case. The last line is\n"
+    "'N passed, N failed, N skipped'. Exit status: 0 all passed, 1 some failed, 2 bad usage\n"
+    "or a case file that could not be loaded (the other files still run).\n",
+    run_run};
+
+/* Loads the suite for list/show/coverage; prints load errors; returns 2 on any. */
+static int load_for(const char *cmd, qs_ctx *ctx, int argc, char **argv, qsk_suite *s)
+{
+    if (qsk_suite_load(ctx, argc, argv, s) != QS_OK)
+        return qsk_usage_error(cmd, "%s", qs_ctx_errmsg(ctx));
+    for (size_t i = 0; i < s->nerrors; i++)
+        fprintf(stderr, "%s\n", s->errors[i]);
+    return s->nerrors ? QSK_EXIT_USAGE : QSK_EXIT_OK;
+}
+
+static int list_run(int argc, char **argv)
+{
+    const char *filter = NULL;
+    int i = 0;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (qsk_is_help(argv[i])) {
+            qsk_print_help(stdout, &qsk_cmd_list);
+            return QSK_EXIT_OK;
+        }
+        if (strcmp(argv[i], "--filter") != 0)
+            return qsk_usage_error("list", "unknown option '%s'", argv[i]);
+        if (i + 1 >= argc)
+            return qsk_usage_error("list", "option '--filter' needs a value");
+        filter = argv[++i];
+    }
+    qs_ctx *ctx = qs_ctx_new();
+    qsk_suite s;
+    int rc = load_for("list", ctx, argc - i, argv + i, &s);
+    if (rc == QSK_EXIT_OK || s.files) {
+        for (size_t f = 0; f < s.nfiles; f++)
+            for (size_t k = 0; k < s.files[f].ncases; k++)
+                if (selected(&s.files[f].cases[k], filter))
+                    printf("%s\n", s.files[f].cases[k].id);
+    }
+    qsk_suite_free(&s);
+    qs_ctx_free(ctx);
+    return rc;
+}
+
+const qsk_command qsk_cmd_list = {
+    "list", "list the ids of conformance cases",
+    "usage: qspec list [--filter GLOB] [CASES...]\n\n"
+    "Prints one case id per line, for the cases in CASES (files or folders; by default the\n"
+    "installed suite). Exit status 2 when a case file cannot be loaded.\n",
+    list_run};
+
+static const char *gen_text(const qsk_input *in, char *buf, size_t cap)
+{
+    if (in->gen == QSK_GEN_VALUES)
+        snprintf(buf, cap, "%zu explicit value%s", in->nvalues, in->nvalues == 1 ? "" : "s");
+    else
+        snprintf(buf, cap, "%s(%g, %g) seed %llu offset %llu",
+                 in->gen == QSK_GEN_UNIFORM ? "uniform" : "normal", in->a, in->b,
+                 (unsigned long long)in->seed, (unsigned long long)in->offset);
+    return buf;
+}
+
+static const char *cmp_text(const qsk_output *o, char *buf, size_t cap)
+{
+    switch (o->cmp) {
+    case QSK_CMP_BITWISE:
+        snprintf(buf, cap, "bitwise (nan: %s)", o->nan_any ? "any" : "canonical");
+        break;
+    case QSK_CMP_ULP:
+        snprintf(buf, cap, "ulp %g", o->p1);
+        break;
+    case QSK_CMP_ALLCLOSE:
+        snprintf(buf, cap, "allclose atol %g rtol %g", o->p1, o->p2);
+        break;
+    case QSK_CMP_GEMM_BOUND:
+        snprintf(buf, cap, "gemm_bound %g", o->p1);
+        break;
+    case QSK_CMP_RMS_RATIO:
+        snprintf(buf, cap, "rms_ratio %g", o->p1);
+        break;
+    default:
+        snprintf(buf, cap, "cosine %g", o->p1);
+        break;
+    }
+    return buf;
+}
+
+static void show_case(const qsk_case *c)
+{
+    char buf[160];
+    printf("id: %s\nfile: %s:%d\nop: %s\n", c->id, c->file, c->pos.line, c->op);
+    if (c->description)
+        printf("description: %s\n", c->description);
+    printf("rules:");
+    for (size_t i = 0; i < c->nrules; i++)
+        printf(" %s", c->rules[i]);
+    printf("\nparams:");
+    for (size_t i = 0; i < c->nparams; i++)
+        printf(" %s=%s", c->params[i].key, c->params[i].value);
+    printf("\ninputs:\n");
+    for (size_t i = 0; i < c->ninputs; i++) {
+        const qsk_input *in = &c->inputs[i];
+        printf("  %s: %s [", in->name, qs_dtype_name(in->dtype));
+        for (int d = 0; d < in->ndim; d++)
+            printf("%s%lld", d ? ", " : "", (long long)in->shape[d]);
+        printf("], %s", gen_text(in, buf, sizeof buf));
+        if (in->ninject)
+            printf(", %zu injected value%s", in->ninject, in->ninject == 1 ? "" : "s");
+        printf("\n");
+    }
+    printf("outputs:\n");
+    for (size_t i = 0; i < c->noutputs; i++)
+        printf("  %s: %s, digest %s%s\n", c->outputs[i].name,
+               cmp_text(&c->outputs[i], buf, sizeof buf), c->outputs[i].digest[0] ? "sha256:" : "",
+               c->outputs[i].digest[0] ? c->outputs[i].digest : "pending");
+}
+
+static int show_run(int argc, char **argv)
+{
+    if (argc >= 1 && qsk_is_help(argv[0])) {
+        qsk_print_help(stdout, &qsk_cmd_show);
+        return QSK_EXIT_OK;
+    }
+    if (argc < 1)
+        return qsk_usage_error("show", "needs a case id (see 'qspec list')");
+    if (argv[0][0] == '-')
+        return qsk_usage_error("show", "unknown option '%s'", argv[0]);
+    qs_ctx *ctx = qs_ctx_new();
+    qsk_suite s;
+    int rc = load_for("show", ctx, argc - 1, argv + 1, &s);
+    int found = 0;
+    for (size_t f = 0; rc == QSK_EXIT_OK && f < s.nfiles; f++)
+        for (size_t k = 0; k < s.files[f].ncases; k++)
+            if (strcmp(s.files[f].cases[k].id, argv[0]) == 0) {
+                show_case(&s.files[f].cases[k]);
+                found = 1;
+            }
+    if (rc == QSK_EXIT_OK && !found)
+        rc = qsk_usage_error("show", "no case with id '%s'", argv[0]);
+    qsk_suite_free(&s);
+    qs_ctx_free(ctx);
+    return rc;
+}
+
+const qsk_command qsk_cmd_show = {
+    "show", "show one case: its file, op, rules, inputs and outputs",
+    "usage: qspec show CASE-ID [CASES...]\n\n"
+    "Prints the case with that id: where it is defined, its op and parameters, the spec\n"
+    "rules it covers, a summary of its inputs (dtype, shape, generator, injected values)\n"
+    "and its outputs (comparison and golden digest).\n",
+    show_run};
+
+static int coverage_run(int argc, char **argv)
+{
+    if (argc >= 1 && qsk_is_help(argv[0])) {
+        qsk_print_help(stdout, &qsk_cmd_coverage);
+        return QSK_EXIT_OK;
+    }
+    if (argc >= 1 && argv[0][0] == '-')
+        return qsk_usage_error("coverage", "unknown option '%s'", argv[0]);
+    qs_ctx *ctx = qs_ctx_new();
+    qsk_suite s;
+    int rc = load_for("coverage", ctx, argc, argv, &s);
+    size_t nrules, uncovered = 0;
+    const char *const *rules = qsk_rules(&nrules);
+    for (size_t r = 0; rc == QSK_EXIT_OK && r < nrules; r++) {
+        size_t count = 0;
+        for (size_t f = 0; f < s.nfiles; f++)
+            for (size_t k = 0; k < s.files[f].ncases; k++)
+                for (size_t j = 0; j < s.files[f].cases[k].nrules; j++)
+                    count += strcmp(s.files[f].cases[k].rules[j], rules[r]) == 0;
+        printf("%-32s %zu\n", rules[r], count);
+        uncovered += count == 0;
+    }
+    if (rc == QSK_EXIT_OK)
+        printf("%zu rules, %zu covered by cases, %zu by none (unit tests may cover them)\n", nrules,
+               nrules - uncovered, uncovered);
+    qsk_suite_free(&s);
+    qs_ctx_free(ctx);
+    return rc;
+}
+
+const qsk_command qsk_cmd_coverage = {
+    "coverage", "print how many cases cite each rule of the spec",
+    "usage: qspec coverage [CASES...]\n\n"
+    "Prints each rule ID defined in spec/ with the number of cases in CASES (default: the\n"
+    "installed suite) that cite it, then a total. `make check` separately fails when a rule\n"
+    "is cited by no case and no unit test.\n",
+    coverage_run};

@@ -1,0 +1,43 @@
+/* ops.h: the ops a conformance case can name (spec/cases.md [CASE-OP-*]). Each op checks
+ * its parameters and inputs at load time, computes its outputs with the reference, and
+ * runs on a backend plugin through the matching slot when the plugin has the capability. */
+#ifndef QSPEC_KIT_OPS_H
+#define QSPEC_KIT_OPS_H
+
+#include "cases.h"
+#include "plugin.h"
+
+#define QSK_MAX_OUTPUTS 16
+
+/* The named tensors an op produces; "NAME.bound" holds a gemm_bound's per-element bound. */
+typedef struct qsk_results {
+    char names[QSK_MAX_OUTPUTS][QSK_NAME_LEN];
+    qs_tensor t[QSK_MAX_OUTPUTS];
+    size_t n;
+} qsk_results;
+
+typedef struct qsk_op {
+    const char *name;
+    const char *summary;
+    /* Validates params and inputs of c; errors are file:line:col messages (QS_ERR_FORMAT). */
+    qs_status (*check)(qs_ctx *ctx, const qsk_case *c);
+    /* Computes every output with the reference. */
+    qs_status (*run_ref)(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs, qsk_results *out);
+    /* Runs on a plugin; QS_ERR_UNSUPPORTED when the plugin lacks the capability or slot. */
+    qs_status (*run_backend)(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
+                             const qs_tensor *inputs, qsk_results *out);
+} qsk_op;
+
+const qsk_op *qsk_op_find(const char *name);
+/* Validates a loaded case against its op (unknown op, bad params, missing inputs,
+ * outputs the op does not produce). */
+qs_status qsk_case_check(qs_ctx *ctx, const qsk_case *c);
+/* The output named name, or NULL. */
+const qs_tensor *qsk_results_get(const qsk_results *r, const char *name);
+/* Appends a tensor (ownership moves to r). */
+qs_status qsk_results_add(qs_ctx *ctx, qsk_results *r, const char *name, qs_tensor *t);
+void qsk_results_free(qsk_results *r);
+/* The list of ops, for `qspec show` and the docs. */
+const qsk_op *const *qsk_ops(size_t *n);
+
+#endif
