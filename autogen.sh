@@ -3,7 +3,7 @@
 # With --install-deps, first install the Debian packages the build and the tests need
 # (as root), or print the apt-get line that would.
 set -e
-DEPS="build-essential autoconf automake libtool autoconf-archive pkg-config check libyaml-dev libmpfr-dev clang"
+DEPS="build-essential autoconf automake libtool autoconf-archive pkg-config check libyaml-dev libmpfr-dev clang python3-numpy"
 usage() {
     echo "usage: ./autogen.sh [--install-deps] [--help]"
     echo "  --install-deps  install the Debian packages qspec needs: $DEPS"

@@ -12,7 +12,8 @@
 qs_status qsk_npy_read(qs_ctx *ctx, const char *path, qs_tensor *t);
 /* Writes t to path atomically, with the smallest format version that holds the header. */
 qs_status qsk_npy_write(qs_ctx *ctx, const char *path, const qs_tensor *t);
-/* The descriptor string written for a dtype ("<f4", "<V1" never: see spec/cases.md). */
+/* The descr written for a dtype ([CASE-NPY-DESCR]): a type string such as "<f4", or for
+ * the formats numpy lacks the structured list "[('float8_e4m3fn', '|u1')]"; NULL if invalid. */
 const char *qsk_npy_descr(qs_dtype dt);
 
 #endif
