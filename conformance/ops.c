@@ -6,9 +6,13 @@
 #include "ops.h"
 
 extern const qsk_op qsk_op_cast;
+extern const qsk_op qsk_op_gemm;
+extern const qsk_op qsk_op_quantize;
 
 static const qsk_op *const op_table[] = {
     &qsk_op_cast,
+    &qsk_op_gemm,
+    &qsk_op_quantize,
 };
 
 const qsk_op *const *qsk_ops(size_t *n)
@@ -60,4 +64,10 @@ void qsk_results_free(qsk_results *r)
     for (size_t i = 0; i < r->n; i++)
         qs_tensor_free(&r->t[i]);
     r->n = 0;
+}
+
+const qs_tensor *qsk_input_tensor(const qsk_case *c, const qs_tensor *inputs, const char *name)
+{
+    const qsk_input *in = qsk_case_input(c, name);
+    return in ? &inputs[in - c->inputs] : NULL;
 }

@@ -96,7 +96,9 @@ static int gather(const char *path, pathlist *l, int top)
             r = -1;
             break;
         }
-        snprintf(p, n, "%s/%s", path, e->d_name);
+        size_t plen = strlen(path);
+        snprintf(p, n, "%.*s/%s", (int)(plen > 1 && path[plen - 1] == '/' ? plen - 1 : plen), path,
+                 e->d_name);
         r = push_path(&sub, p);
         free(p);
     }

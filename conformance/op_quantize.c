@@ -1,0 +1,183 @@
+/* op_quantize.c: the `quantize` op — a recipe of spec/recipes.md applied to input x.
+ * params: recipe (delayed|current|mxfp8|block|nvfp4) and any recipe option by its name in
+ * qs_recipe_config_set (role, format, rule, tile, rht, sr, seed, ...). A 2-D x [M,K] is
+ * quantized once. A 3-D x [S,M,K] under delayed scaling is a sequence of S steps: step s
+ * quantizes x[s] with the current state, then runs the explicit update.
+ * outputs: row_data, row_scale, col_data, col_scale (the copies produced), amax and
+ * scale_inv (tensorwise), global_scale (nvfp4); for sequences also scales (the scale used
+ * at each step) and history (the final amax history). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opcheck.h"
+#include "ops.h"
+#include "qspec/recipe.h"
+
+static const char *const produced[] = {"row_data",  "row_scale",    "col_data", "col_scale",
+                                       "amax",      "scale_inv",    "scales",   "history",
+                                       "global_scale", NULL};
+
+/* Builds the configuration from the case's params; errors carry the param's position. */
+static qs_status config_from(qs_ctx *ctx, const qsk_case *c, qs_recipe_config *cfg)
+{
+    const qsk_param *r = qsk_case_param(c, "recipe");
+    if (!r)
+        return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: op 'quantize' needs the parameter 'recipe'",
+                            c->file, c->op_pos.line, c->op_pos.col);
+    int kind = qs_recipe_kind_from_name(r->value);
+    if (kind < 0)
+        return qs_ctx_error(ctx, QS_ERR_FORMAT,
+                            "%s:%d:%d: unknown recipe '%s' (delayed, current, mxfp8, block, nvfp4)",
+                            c->file, r->pos.line, r->pos.col, r->value);
+    const qsk_param *role = qsk_case_param(c, "role");
+    int ro = role ? qs_tensor_role_from_name(role->value) : (int)QS_ROLE_INPUT;
+    if (ro < 0)
+        return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: unknown role '%s'", c->file,
+                            role->pos.line, role->pos.col, role->value);
+    qs_status st = qs_recipe_config_default(ctx, cfg, (qs_recipe_kind)kind, (qs_tensor_role)ro);
+    for (size_t i = 0; st == QS_OK && i < c->nparams; i++) {
+        const qsk_param *p = &c->params[i];
+        if (strcmp(p->key, "recipe") == 0 || strcmp(p->key, "role") == 0)
+            continue;
+        if (qs_recipe_config_set(ctx, cfg, p->key, p->value) != QS_OK) {
+            char why[400];
+            snprintf(why, sizeof why, "%s", qs_ctx_errmsg(ctx));
+            return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: %s", c->file, p->pos.line,
+                                p->pos.col, why);
+        }
+    }
+    if (st == QS_OK && qs_recipe_config_check(ctx, cfg) != QS_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", qs_ctx_errmsg(ctx));
+        st = qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: %s", c->file, c->op_pos.line,
+                          c->op_pos.col, why);
+    }
+    return st;
+}
+
+static qs_status quantize_check(qs_ctx *ctx, const qsk_case *c)
+{
+    static const char *const inputs[] = {"x", NULL};
+    static const qs_dtype dtypes[] = {QS_FP32, QS_BF16, QS_FP16, QS_DTYPE_INVALID};
+    qs_recipe_config cfg;
+    qs_status st = config_from(ctx, c, &cfg);
+    if (st == QS_OK)
+        st = qsk_check_inputs(ctx, c, inputs, dtypes, 2, cfg.kind == QS_RECIPE_DELAYED ? 3 : 2);
+    if (st == QS_OK)
+        st = qsk_check_outputs(ctx, c, produced);
+    return st;
+}
+
+static qs_status add_f32(qs_ctx *ctx, qsk_results *out, const char *name, const float *v,
+                         int64_t n)
+{
+    qs_tensor t;
+    qs_status st = qs_tensor_alloc(ctx, &t, QS_FP32, 1, &n);
+    if (st != QS_OK)
+        return st;
+    memcpy(t.data, v, (size_t)n * sizeof(float));
+    return qsk_results_add(ctx, out, name, &t);
+}
+
+/* Moves the copies and the per-tensor values of z into out, by the names of
+ * [REC-CLI-FILES]. */
+static qs_status add_quantized(qs_ctx *ctx, qsk_results *out, qs_quantized *z)
+{
+    static const char *const data_names[2] = {"row_data", "col_data"};
+    static const char *const scale_names[2] = {"row_scale", "col_scale"};
+    qs_status st = QS_OK;
+    for (int d = 0; d < QS_DIR_COUNT && st == QS_OK; d++) {
+        if (!z->data[d].data)
+            continue;
+        st = qsk_results_add(ctx, out, data_names[d], &z->data[d]);
+        if (st == QS_OK)
+            st = qsk_results_add(ctx, out, scale_names[d], &z->scale[d]);
+    }
+    int d0 = z->data[QS_DIR_ROW].data || !z->data[QS_DIR_COL].data ? QS_DIR_ROW : QS_DIR_COL;
+    if (st == QS_OK && (z->cfg.kind == QS_RECIPE_DELAYED || z->cfg.kind == QS_RECIPE_CURRENT)) {
+        st = add_f32(ctx, out, "amax", &z->amax[d0], 1);
+        if (st == QS_OK)
+            st = add_f32(ctx, out, "scale_inv", &z->global_dec[d0], 1);
+    }
+    if (st == QS_OK && z->cfg.kind == QS_RECIPE_NVFP4) {
+        st = add_f32(ctx, out, "amax", z->amax, 2);
+        if (st == QS_OK)
+            st = add_f32(ctx, out, "global_scale", z->global_dec, 2);
+    }
+    return st;
+}
+
+/* A view of step s of a 3-D input as a 2-D tensor (a copy). */
+static qs_status step_slice(qs_ctx *ctx, const qs_tensor *x, int64_t s, qs_tensor *xs)
+{
+    qs_status st = qs_tensor_alloc(ctx, xs, x->dtype, 2, x->shape + 1);
+    if (st == QS_OK)
+        memcpy(xs->data, (const char *)x->data + (size_t)s * xs->nbytes, xs->nbytes);
+    return st;
+}
+
+static qs_status quantize_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
+                              qsk_results *out)
+{
+    qs_recipe_config cfg;
+    qs_status st = config_from(ctx, c, &cfg);
+    qs_quantizer q;
+    if (st == QS_OK)
+        st = qs_quantizer_init(ctx, &q, &cfg);
+    if (st != QS_OK)
+        return st;
+    const qs_tensor *x = &inputs[0];
+    int64_t steps = x->ndim == 3 ? x->shape[0] : 1;
+    float *scales = calloc((size_t)steps, sizeof *scales);
+    qs_quantized z;
+    memset(&z, 0, sizeof z);
+    for (int64_t s = 0; st == QS_OK && s < steps; s++) {
+        qs_tensor xs;
+        const qs_tensor *in = x;
+        if (x->ndim == 3) {
+            st = step_slice(ctx, x, s, &xs);
+            in = &xs;
+        }
+        if (st != QS_OK)
+            break;
+        qs_quantized_free(&z);
+        if (scales)
+            scales[s] = q.ds.scale;
+        st = qs_quantize(ctx, &q, in, &z);
+        if (st == QS_OK && x->ndim == 3)
+            st = qs_delayed_update(ctx, &q); /* [REC-DS-ROLL-FUSED] [REC-DS-SCALE] */
+        if (x->ndim == 3)
+            qs_tensor_free(&xs);
+    }
+    if (!scales && st == QS_OK)
+        st = qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    if (st == QS_OK)
+        st = add_quantized(ctx, out, &z);
+    if (st == QS_OK && x->ndim == 3) {
+        st = add_f32(ctx, out, "scales", scales, steps);
+        if (st == QS_OK)
+            st = add_f32(ctx, out, "history", q.ds.history, q.ds.len);
+    }
+    free(scales);
+    qs_quantized_free(&z);
+    qs_quantizer_free(&q);
+    return st;
+}
+
+static qs_status quantize_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
+                                  const qs_tensor *inputs, qsk_results *out)
+{
+    (void)ctx;
+    (void)c;
+    (void)inputs;
+    (void)out;
+    if (!(p->table->caps & (QS_CAP_QUANT_DELAYED | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_MXFP8 |
+                            QS_CAP_QUANT_BLOCK | QS_CAP_QUANT_NVFP4)) ||
+        !p->table->quantize)
+        return QS_ERR_UNSUPPORTED;
+    return QS_ERR_UNSUPPORTED; /* the quantize request layout of ABI v1 is not fixed yet */
+}
+
+const qsk_op qsk_op_quantize = {"quantize", "a quantization recipe (spec/recipes.md)",
+                                quantize_check, quantize_ref, quantize_backend};
