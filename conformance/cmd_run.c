@@ -3,11 +3,14 @@
  * A run checks the reference's outputs against each case's golden digests, then compares
  * the backend's outputs with the reference's as each output says. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -27,6 +30,8 @@ typedef struct case_result {
     const qsk_case *c;
     res_kind kind;
     char message[512];
+    char *out; /* the case's failure lines, printed after it ran (malloc'd) */
+    size_t outlen;
 } case_result;
 
 typedef struct run_opts {
@@ -35,6 +40,7 @@ typedef struct run_opts {
     const char *report_json;
     int update_digests;
     int quiet;
+    int jobs;
 } run_opts;
 
 static uint64_t case_seed(const qsk_case *c)
@@ -47,7 +53,19 @@ static void tensor_digest(const qs_tensor *t, char hex[65])
     qsk_sha256_hex(t->data, t->nbytes, hex);
 }
 
-/* Prints one failure line and records the first as the case's message. */
+/* Appends text to the case's output buffer (dropped when out of memory). */
+static void append_out(case_result *r, const char *text, size_t n)
+{
+    char *g = realloc(r->out, r->outlen + n + 1);
+    if (!g)
+        return;
+    memcpy(g + r->outlen, text, n);
+    r->outlen += n;
+    g[r->outlen] = '\0';
+    r->out = g;
+}
+
+/* Records one failure line in the case's output and the first as the case's message. */
 static void fail_line(case_result *r, int *lines, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void fail_line(case_result *r, int *lines, const char *fmt, ...)
@@ -60,9 +78,12 @@ static void fail_line(case_result *r, int *lines, const char *fmt, ...)
     if (r->kind != RES_FAIL)
         snprintf(r->message, sizeof r->message, "%s", buf);
     r->kind = RES_FAIL;
-    if ((*lines)++ < MAX_FAIL_LINES)
-        printf("FAIL %s seed=%llu %s [%s:%d]\n", r->c->id, (unsigned long long)case_seed(r->c), buf,
-               r->c->file, r->c->pos.line);
+    if ((*lines)++ < MAX_FAIL_LINES) {
+        char line[1024];
+        int k = snprintf(line, sizeof line, "FAIL %s seed=%llu %s [%s:%d]\n", r->c->id,
+                         (unsigned long long)case_seed(r->c), buf, r->c->file, r->c->pos.line);
+        append_out(r, line, k < (int)sizeof line ? (size_t)k : sizeof line - 1);
+    }
 }
 
 static void check_digests(const qsk_case *c, const qsk_results *ref, case_result *r, int *lines,
@@ -157,8 +178,12 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
             }
         }
     }
-    if (lines > MAX_FAIL_LINES)
-        printf("FAIL %s: %d more failure lines not shown\n", c->id, lines - MAX_FAIL_LINES);
+    if (lines > MAX_FAIL_LINES) {
+        char more[256];
+        int k = snprintf(more, sizeof more, "FAIL %s: %d more failure lines not shown\n", c->id,
+                         lines - MAX_FAIL_LINES);
+        append_out(r, more, k < (int)sizeof more ? (size_t)k : sizeof more - 1);
+    }
     for (size_t i = 0; i < nin; i++)
         qs_tensor_free(&inputs[i]);
     qsk_results_free(&got);
@@ -264,6 +289,215 @@ static int selected(const qsk_case *c, const char *filter)
     return !filter || fnmatch(filter, c->id, 0) == 0;
 }
 
+/* Runs the selected cases in this process, printing each case's failure lines as it
+ * finishes, and rewrites digests per file under --update-digests. Returns nonzero on an
+ * I/O failure. */
+static int run_sequential(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const qsk_case **sel,
+                          size_t n, const qsk_plugin *pl, case_result *rs)
+{
+    int tty = isatty(STDOUT_FILENO) && !o->quiet, failed = 0;
+    size_t j = 0;
+    for (size_t i = 0; i < s->nfiles; i++) {
+        const qsk_case_file *f = &s->files[i];
+        qsk_results *refs = calloc(f->ncases + 1, sizeof *refs);
+        if (!refs)
+            return 1;
+        for (size_t k = 0; k < f->ncases && j < n; k++) {
+            if (sel[j] != &f->cases[k])
+                continue;
+            if (tty) {
+                printf("\r\033[K[%zu/%zu] %s", j + 1, n, sel[j]->id);
+                fflush(stdout);
+            }
+            run_case(ctx, sel[j], pl, o->update_digests, &rs[j], &refs[k]);
+            if (tty)
+                fputs("\r\033[K", stdout);
+            if (rs[j].out)
+                fputs(rs[j].out, stdout);
+            j++;
+        }
+        if (o->update_digests && update_file(ctx, f, refs) != 0) {
+            fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
+            failed = 1;
+        }
+        for (size_t k = 0; k < f->ncases; k++)
+            qsk_results_free(&refs[k]);
+        free(refs);
+    }
+    return failed;
+}
+
+/* Writes all of buf to fd; returns nonzero on failure. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return 1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The worker of --jobs: runs cases w, w+jobs, ... on the reference and writes one record
+ * per case to fd: index, kind, message length, output length, message, output. */
+static void worker(qs_ctx *ctx, const qsk_case **sel, size_t n, int w, int jobs, int fd)
+{
+    for (size_t j = (size_t)w; j < n; j += (size_t)jobs) {
+        case_result r;
+        qsk_results ref;
+        run_case(ctx, sel[j], NULL, 0, &r, &ref);
+        qsk_results_free(&ref);
+        uint32_t head[4] = {(uint32_t)j, (uint32_t)r.kind, (uint32_t)strlen(r.message),
+                            (uint32_t)r.outlen};
+        if (write_all(fd, head, sizeof head) || write_all(fd, r.message, head[2]) ||
+            write_all(fd, r.out ? r.out : "", head[3]))
+            _exit(3);
+        free(r.out);
+    }
+    _exit(0);
+}
+
+/* Parses the records a worker wrote into rs; returns nonzero if they are malformed. */
+static int parse_records(const char *buf, size_t len, const qsk_case **sel, size_t n,
+                         case_result *rs)
+{
+    size_t at = 0;
+    while (at < len) {
+        uint32_t head[4];
+        if (len - at < sizeof head)
+            return 1;
+        memcpy(head, buf + at, sizeof head);
+        at += sizeof head;
+        if (head[0] >= n || head[1] > RES_SKIP || head[2] >= sizeof rs->message ||
+            len - at < (size_t)head[2] + head[3])
+            return 1;
+        case_result *r = &rs[head[0]];
+        r->c = sel[head[0]];
+        r->kind = (res_kind)head[1];
+        memcpy(r->message, buf + at, head[2]);
+        r->message[head[2]] = '\0';
+        at += head[2];
+        if (head[3]) {
+            r->out = malloc((size_t)head[3] + 1);
+            if (!r->out)
+                return 1;
+            memcpy(r->out, buf + at, head[3]);
+            r->out[head[3]] = '\0';
+            r->outlen = head[3];
+        }
+        at += head[3];
+    }
+    return 0;
+}
+
+/* A worker's pipe and what has been read from it. */
+typedef struct worker_pipe {
+    int fd;
+    pid_t pid;
+    char *buf;
+    size_t len, cap;
+} worker_pipe;
+
+/* Reads what is available on one worker's pipe; returns 1 at its end, -1 on error. */
+static int drain(worker_pipe *wp)
+{
+    if (wp->len + 65536 > wp->cap) {
+        size_t cap = wp->cap ? wp->cap * 2 : (size_t)1 << 20;
+        char *g = realloc(wp->buf, cap);
+        if (!g)
+            return -1;
+        wp->buf = g;
+        wp->cap = cap;
+    }
+    ssize_t r = read(wp->fd, wp->buf + wp->len, wp->cap - wp->len);
+    if (r < 0)
+        return errno == EINTR ? 0 : -1;
+    if (r == 0)
+        return 1;
+    wp->len += (size_t)r;
+    return 0;
+}
+
+/* --jobs N: runs the selected cases on N worker processes at once and gathers their
+ * records, so the report is the same, line for line, as a run in one process. */
+static int run_parallel(qs_ctx *ctx, const qsk_case **sel, size_t n, int jobs, case_result *rs)
+{
+    fflush(stdout);
+    worker_pipe *wp = calloc((size_t)jobs, sizeof *wp);
+    struct pollfd *pfd = calloc((size_t)jobs, sizeof *pfd);
+    int started = 0, failed = wp == NULL || pfd == NULL;
+    for (; !failed && started < jobs; started++) {
+        int fds[2];
+        if (pipe(fds) != 0) {
+            failed = 1;
+            break;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            close(fds[0]);
+            close(fds[1]);
+            failed = 1;
+            break;
+        }
+        if (pid == 0) {
+            close(fds[0]);
+            for (int w = 0; w < started; w++)
+                close(wp[w].fd);
+            worker(ctx, sel, n, started, jobs, fds[1]);
+        }
+        close(fds[1]);
+        wp[started] = (worker_pipe){fds[0], pid, NULL, 0, 0};
+    }
+    int open_pipes = started;
+    while (!failed && open_pipes > 0) {
+        int np = 0;
+        for (int w = 0; w < started; w++)
+            if (wp[w].fd >= 0)
+                pfd[np++] = (struct pollfd){wp[w].fd, POLLIN, 0};
+        if (poll(pfd, (nfds_t)np, -1) < 0 && errno != EINTR) {
+            failed = 1;
+            break;
+        }
+        for (int w = 0; w < started; w++) {
+            if (wp[w].fd < 0)
+                continue;
+            int ready = 0;
+            for (int q = 0; q < np; q++)
+                if (pfd[q].fd == wp[w].fd && pfd[q].revents)
+                    ready = 1;
+            if (!ready)
+                continue;
+            int r = drain(&wp[w]);
+            if (r != 0) {
+                close(wp[w].fd);
+                wp[w].fd = -1;
+                open_pipes--;
+                failed |= r < 0;
+            }
+        }
+    }
+    for (int w = 0; wp && w < started; w++) {
+        int status = 0;
+        if (wp[w].fd >= 0)
+            close(wp[w].fd);
+        waitpid(wp[w].pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+            parse_records(wp[w].buf, wp[w].len, sel, n, rs))
+            failed = 1;
+        free(wp[w].buf);
+    }
+    free(wp);
+    free(pfd);
+    if (failed)
+        qs_ctx_error(ctx, QS_ERR_INTERNAL, "a worker of --jobs %d failed", jobs);
+    return failed;
+}
+
 static int do_run(const run_opts *o, int npaths, char **paths)
 {
     qs_ctx *ctx = qs_ctx_new();
@@ -301,38 +535,26 @@ static int do_run(const run_opts *o, int npaths, char **paths)
     for (size_t i = 0; i < s.nfiles; i++)
         total += s.files[i].ncases;
     case_result *rs = calloc(total + 1, sizeof *rs);
+    const qsk_case **sel = calloc(total + 1, sizeof *sel);
     size_t n = 0, counts[3] = {0, 0, 0};
-    int tty = isatty(STDOUT_FILENO) && !o->quiet;
-    int io_failed = rs == NULL;
-    for (size_t i = 0; rs && i < s.nfiles; i++) {
-        qsk_case_file *f = &s.files[i];
-        qsk_results *refs = calloc(f->ncases + 1, sizeof *refs);
-        if (!refs) {
-            io_failed = 1;
-            break;
-        }
-        for (size_t k = 0; k < f->ncases; k++) {
-            if (!selected(&f->cases[k], o->filter))
-                continue;
-            if (tty)
-                fprintf(stdout, "\r\033[K[%zu/%zu] %s", n + 1, total, f->cases[k].id),
-                    fflush(stdout);
-            qsk_results ref;
-            if (tty)
-                fputs("\r\033[K", stdout);
-            run_case(ctx, &f->cases[k], pl, o->update_digests, &rs[n], &ref);
-            counts[rs[n].kind]++;
-            n++;
-            refs[k] = ref;
-        }
-        if (o->update_digests && update_file(ctx, f, refs) != 0) {
+    int io_failed = rs == NULL || sel == NULL;
+    for (size_t i = 0; !io_failed && i < s.nfiles; i++)
+        for (size_t k = 0; k < s.files[i].ncases; k++)
+            if (selected(&s.files[i].cases[k], o->filter))
+                sel[n++] = &s.files[i].cases[k];
+    if (!io_failed && o->jobs > 1) {
+        if (run_parallel(ctx, sel, n, o->jobs, rs) != 0) {
             fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
             io_failed = 1;
         }
-        for (size_t k = 0; k < f->ncases; k++)
-            qsk_results_free(&refs[k]);
-        free(refs);
+        for (size_t j = 0; j < n; j++)
+            if (rs[j].out)
+                fputs(rs[j].out, stdout);
+    } else if (!io_failed) {
+        io_failed = run_sequential(ctx, o, &s, sel, n, pl, rs);
     }
+    for (size_t j = 0; !io_failed && j < n; j++)
+        counts[rs[j].kind]++;
     if (rs && o->report_json && write_json(ctx, o->report_json, o->backend, rs, n, &s, counts)) {
         fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
         io_failed = 1;
@@ -345,7 +567,10 @@ static int do_run(const run_opts *o, int npaths, char **paths)
     int rc = (s.nerrors || io_failed) ? QSK_EXIT_USAGE
              : counts[RES_FAIL]       ? QSK_EXIT_FAIL
                                       : QSK_EXIT_OK;
+    for (size_t j = 0; rs && j < n; j++)
+        free(rs[j].out);
     free(rs);
+    free(sel);
     qsk_suite_free(&s);
     if (pl)
         qsk_plugin_unload(pl);
@@ -355,7 +580,7 @@ static int do_run(const run_opts *o, int npaths, char **paths)
 
 static int run_run(int argc, char **argv)
 {
-    run_opts o = {"ref", NULL, NULL, 0, 0};
+    run_opts o = {"ref", NULL, NULL, 0, 0, 1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -377,6 +602,14 @@ static int run_run(int argc, char **argv)
             if (i + 1 >= argc)
                 return qsk_usage_error("run", "option '%s' needs a value", a);
             *slot = argv[++i];
+        } else if (strcmp(a, "--jobs") == 0 || strcmp(a, "-j") == 0) {
+            if (i + 1 >= argc)
+                return qsk_usage_error("run", "option '%s' needs a value", a);
+            char *end;
+            long j = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || j < 1 || j > 256)
+                return qsk_usage_error("run", "--jobs '%s' is not a number from 1 to 256", argv[i]);
+            o.jobs = (int)j;
         } else if (strcmp(a, "--update-digests") == 0) {
             o.update_digests = 1;
         } else if (strcmp(a, "--quiet") == 0) {
@@ -385,6 +618,9 @@ static int run_run(int argc, char **argv)
             return qsk_usage_error("run", "unknown option '%s'", a);
         }
     }
+    if (o.jobs > 1 && (o.update_digests || strcmp(o.backend, "ref") != 0))
+        return qsk_usage_error("run", "--jobs runs the reference backend in worker processes: it "
+                                      "does not combine with --backend or --update-digests");
     if (o.update_digests && strcmp(o.backend, "ref") != 0)
         return qsk_usage_error(
             "run", "--update-digests takes the reference's outputs: use it with --backend ref");
@@ -394,7 +630,7 @@ static int run_run(int argc, char **argv)
 const qsk_command qsk_cmd_run = {
     "run", "run conformance cases on a backend and report",
     "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE]\n"
-    "                 [--update-digests] [--quiet] [CASES...]\n\n"
+    "                 [--jobs N] [--update-digests] [--quiet] [CASES...]\n\n"
     "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
     "the installed suite, or the folder QSPEC_CASES names). For every case the reference\n"
     "computes the outputs and checks them against the case's golden SHA-256 digests (a\n"
@@ -404,6 +640,7 @@ const qsk_command qsk_cmd_run = {
     "  --backend B        ref (default), a plugin name (cuda) or a path to a plugin\n"
     "  --filter GLOB      run only the cases whose id matches GLOB\n"
     "  --report-json F    write the results as JSON to F\n"
+    "  --jobs N, -j N     run the reference on N worker processes (the report is the same)\n"
     "  --update-digests   rewrite the cases' golden digests from the reference (ref only)\n"
     "  --quiet            no progress line\n\n"
     "Each failure prints one line: FAIL, the case id, the seed, the output, the first\n"

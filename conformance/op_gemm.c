@@ -42,21 +42,22 @@ static qs_status gemm_params_get(qs_ctx *ctx, const qsk_case *c, gemm_case *g)
         char *end;
         alpha = strtof(pa->value, &end);
         if (*end != '\0' || end == pa->value)
-            return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: alpha '%s' is not a number",
-                                c->file, pa->pos.line, pa->pos.col, pa->value);
+            return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: alpha '%s' is not a number", c->file,
+                                pa->pos.line, pa->pos.col, pa->value);
     }
     const qsk_input *a = qsk_case_input(c, "a"), *b = qsk_case_input(c, "b");
     if (!a || !b || a->ndim != 2 || b->ndim != 2)
         return QS_OK; /* reported by the input check */
     if (a->shape[1] != b->shape[1])
-        return qs_ctx_error(ctx, QS_ERR_FORMAT,
-                            "%s:%d:%d: impossible shape: a is [M,K] and b is [N,K] with the same K (%lld != %lld)",
-                            c->file, b->pos.line, b->pos.col, (long long)a->shape[1],
-                            (long long)b->shape[1]);
+        return qs_ctx_error(
+            ctx, QS_ERR_FORMAT,
+            "%s:%d:%d: impossible shape: a is [M,K] and b is [N,K] with the same K (%lld != %lld)",
+            c->file, b->pos.line, b->pos.col, (long long)a->shape[1], (long long)b->shape[1]);
     if ((acc != QS_GEMM_ACC_HOPPER_FP8_TC && promote) || promote % 32 != 0)
-        return qs_ctx_error(ctx, QS_ERR_FORMAT,
-                            "%s:%d:%d: promote_every applies to hopper_fp8_tc and is a multiple of 32",
-                            c->file, c->op_pos.line, c->op_pos.col);
+        return qs_ctx_error(
+            ctx, QS_ERR_FORMAT,
+            "%s:%d:%d: promote_every applies to hopper_fp8_tc and is a multiple of 32", c->file,
+            c->op_pos.line, c->op_pos.col);
     g->p.m = a->shape[0];
     g->p.n = b->shape[0];
     g->p.k = a->shape[1];
@@ -102,8 +103,7 @@ static void round_operand(int operand, const float *src, float *dst, size_t n)
     }
 }
 
-static qs_status gemm_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
-                          qsk_results *out)
+static qs_status gemm_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs, qsk_results *out)
 {
     gemm_case g;
     qs_status st = gemm_params_get(ctx, c, &g);

@@ -14,17 +14,17 @@
 #include "ops.h"
 #include "qspec/recipe.h"
 
-static const char *const produced[] = {"row_data",  "row_scale",    "col_data", "col_scale",
-                                       "amax",      "scale_inv",    "scales",   "history",
-                                       "global_scale", NULL};
+static const char *const produced[] = {"row_data",  "row_scale", "col_data", "col_scale",    "amax",
+                                       "scale_inv", "scales",    "history",  "global_scale", NULL};
 
 /* Builds the configuration from the case's params; errors carry the param's position. */
 static qs_status config_from(qs_ctx *ctx, const qsk_case *c, qs_recipe_config *cfg)
 {
     const qsk_param *r = qsk_case_param(c, "recipe");
     if (!r)
-        return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: op 'quantize' needs the parameter 'recipe'",
-                            c->file, c->op_pos.line, c->op_pos.col);
+        return qs_ctx_error(ctx, QS_ERR_FORMAT,
+                            "%s:%d:%d: op 'quantize' needs the parameter 'recipe'", c->file,
+                            c->op_pos.line, c->op_pos.col);
     int kind = qs_recipe_kind_from_name(r->value);
     if (kind < 0)
         return qs_ctx_error(ctx, QS_ERR_FORMAT,
@@ -69,8 +69,7 @@ static qs_status quantize_check(qs_ctx *ctx, const qsk_case *c)
     return st;
 }
 
-static qs_status add_f32(qs_ctx *ctx, qsk_results *out, const char *name, const float *v,
-                         int64_t n)
+static qs_status add_f32(qs_ctx *ctx, qsk_results *out, const char *name, const float *v, int64_t n)
 {
     qs_tensor t;
     qs_status st = qs_tensor_alloc(ctx, &t, QS_FP32, 1, &n);

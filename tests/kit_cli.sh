@@ -50,6 +50,18 @@ if ! cmp -s "$QST_TMP/good.yaml" "$QST_TMP/regress.yaml"; then
 fi
 expect_status "update-digests is for the reference only" 2 "$QSPEC" run --backend cuda --update-digests "$QST_TMP/good.yaml"
 
+# --jobs: the same report, line for line, from worker processes
+"$QSPEC" run --quiet "$SUITE" >"$QST_TMP/seq.txt" || true
+expect_status "run --jobs 2 over the suite" 0 "$QSPEC" run --quiet --jobs 2 "$SUITE"
+expect_true "--jobs gives the same output as one process" cmp -s "$QST_TMP/seq.txt" "$QST_TMP/out"
+if [ -f "$QST_TMP/regress.yaml" ]; then
+    "$QSPEC" run --quiet "$QST_TMP/regress.yaml" >"$QST_TMP/seq2.txt" || true
+    expect_status "run --jobs 3 with failures" 1 "$QSPEC" run --quiet -j 3 "$QST_TMP/regress.yaml"
+    expect_true "failure lines come in case order under --jobs" cmp -s "$QST_TMP/seq2.txt" "$QST_TMP/out"
+fi
+expect_usage "--jobs needs a number" "$QSPEC" run --jobs 0 "$SUITE"
+expect_usage "--jobs does not combine with --update-digests" "$QSPEC" run --jobs 2 --update-digests "$SUITE"
+
 # report JSON
 expect_status "run writes a JSON report" 0 "$QSPEC" run --quiet --report-json "$QST_TMP/r.json" "$QST_TMP/good.yaml"
 expect_true "the report holds the summary" grep -q '"summary": {"passed": 2, "failed": 0, "skipped": 0' "$QST_TMP/r.json"
