@@ -49,7 +49,7 @@ qs_status qsk_read_file(qs_ctx *ctx, const char *path, char **buf, size_t *len)
     return QS_OK;
 }
 
-static char *str_dup(const char *s)
+char *qsk_strdup(const char *s)
 {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);
@@ -61,7 +61,7 @@ static char *str_dup(const char *s)
 qs_status qsk_atomic_open(qs_ctx *ctx, qsk_atomic *a, const char *path)
 {
     memset(a, 0, sizeof *a);
-    a->path = str_dup(path);
+    a->path = qsk_strdup(path);
     size_t n = strlen(path) + 32;
     a->tmp_path = malloc(n);
     if (!a->path || !a->tmp_path) {

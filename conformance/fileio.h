@@ -9,6 +9,9 @@
 
 #include "qspec/status.h"
 
+/* A malloc'd copy of s; NULL when out of memory. */
+char *qsk_strdup(const char *s);
+
 /* Reads the whole of path into a malloc'd buffer (NUL-terminated, *len excludes it). */
 qs_status qsk_read_file(qs_ctx *ctx, const char *path, char **buf, size_t *len);
 

@@ -9,20 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
 #include "plugin.h"
 
 #ifndef QSPEC_PLUGINDIR
 #define QSPEC_PLUGINDIR "/usr/local/lib/qspec"
 #endif
-
-static char *str_dup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
 
 static int is_file(const char *path)
 {
@@ -44,7 +36,7 @@ const char *qsk_plugin_search_path(void)
 /* Calls fn(dir, arg) for each directory of the search path until fn returns nonzero. */
 static int for_each_dir(int (*fn)(const char *dir, void *arg), void *arg)
 {
-    char *copy = str_dup(qsk_plugin_search_path());
+    char *copy = qsk_strdup(qsk_plugin_search_path());
     if (!copy)
         return -1;
     int r = 0;
@@ -82,7 +74,7 @@ qs_status qsk_plugin_resolve(qs_ctx *ctx, const char *name, char **path)
     if (strchr(name, '/')) {
         if (!is_file(name))
             return qs_ctx_error(ctx, QS_ERR_IO, "backend '%s': no such file", name);
-        *path = str_dup(name);
+        *path = qsk_strdup(name);
         return *path ? QS_OK : qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
     }
     for (const char *c = name; *c; c++)
@@ -102,7 +94,7 @@ qs_status qsk_plugin_resolve(qs_ctx *ctx, const char *name, char **path)
 qs_status qsk_plugin_load(qs_ctx *ctx, const char *path, qsk_plugin *p)
 {
     memset(p, 0, sizeof *p);
-    p->path = str_dup(path);
+    p->path = qsk_strdup(path);
     if (!p->path)
         return qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
     p->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
