@@ -28,6 +28,7 @@ check_bad unknown-op.yaml "unknown op 'frobnicate'"
 check_bad bad-param.yaml "'clamp' is not a valid overflow"
 
 # [CASE-RUN] [CASE-DIGEST] [CASE-REPORT] [CASE-OP-CAST] [CASE-OP-QUANTIZE] [CASE-OP-GEMM]
+# [CASE-OP-SDPA] [CASE-OP-GDN] (the default suite below runs every op)
 # the other files of a run still run and are reported
 cp "$FIX/good.yaml" "$QST_TMP/good.yaml"
 expect_status "run with pending digests fails the cases" 1 "$QSPEC" run --quiet "$QST_TMP/good.yaml"
