@@ -164,18 +164,101 @@ static qs_status quantize_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *i
     return st;
 }
 
+/* Allocates out for the copies cfg asks for, as qs_recipe_layout gives them. */
+static qs_status alloc_quantized(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t rows,
+                                 int64_t cols, qs_quantized *out)
+{
+    memset(out, 0, sizeof *out);
+    out->cfg = *cfg;
+    out->elem = qs_recipe_elem_dtype(cfg);
+    out->rows = rows;
+    out->cols = cols;
+    const int want[QS_DIR_COUNT] = {cfg->rowwise, cfg->columnwise};
+    qs_status st = QS_OK;
+    for (int d = 0; d < QS_DIR_COUNT && st == QS_OK; d++) {
+        if (!want[d])
+            continue;
+        qs_copy_layout l;
+        st = qs_recipe_layout(ctx, cfg, rows, cols, (qs_direction)d, &l);
+        if (st == QS_OK)
+            st = qs_tensor_alloc(ctx, &out->data[d], l.data_dtype, 2, l.data_shape);
+        if (st == QS_OK)
+            st = qs_tensor_alloc(ctx, &out->scale[d], l.scale_dtype, l.scale_ndim, l.scale_shape);
+    }
+    if (st != QS_OK)
+        qs_quantized_free(out);
+    return st;
+}
+
+static uint64_t cap_of(qs_recipe_kind k)
+{
+    static const uint64_t caps[QS_RECIPE_COUNT] = {QS_CAP_QUANT_DELAYED, QS_CAP_QUANT_CURRENT,
+                                                   QS_CAP_QUANT_MXFP8, QS_CAP_QUANT_BLOCK,
+                                                   QS_CAP_QUANT_NVFP4};
+    return caps[k];
+}
+
+/* [CASE-BACKEND-UNSUPPORTED]: a backend without the recipe's capability or the quantize
+ * slot does not run the case. The kit keeps the delayed-scaling state: it hands the backend
+ * the current scale, records the amax the backend reports, and runs the update. */
 static qs_status quantize_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
                                   const qs_tensor *inputs, qsk_results *out)
 {
-    (void)ctx;
-    (void)c;
-    (void)inputs;
-    (void)out;
-    if (!(p->table->caps & (QS_CAP_QUANT_DELAYED | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_MXFP8 |
-                            QS_CAP_QUANT_BLOCK | QS_CAP_QUANT_NVFP4)) ||
-        !p->table->quantize)
+    qs_recipe_config cfg;
+    qs_status st = config_from(ctx, c, &cfg);
+    if (st != QS_OK)
+        return st;
+    if (!(p->table->caps & cap_of(cfg.kind)) || !p->table->quantize)
         return QS_ERR_UNSUPPORTED;
-    return QS_ERR_UNSUPPORTED; /* the quantize request layout of ABI v1 is not fixed yet */
+    qs_quantizer q;
+    st = qs_quantizer_init(ctx, &q, &cfg);
+    if (st != QS_OK)
+        return st;
+    const qs_tensor *x = &inputs[0];
+    int64_t steps = x->ndim == 3 ? x->shape[0] : 1;
+    float *scales = calloc((size_t)steps, sizeof *scales);
+    qs_quantized z;
+    memset(&z, 0, sizeof z);
+    if (!scales)
+        st = qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    for (int64_t s = 0; st == QS_OK && s < steps; s++) {
+        qs_tensor xs;
+        const qs_tensor *in = x;
+        if (x->ndim == 3) {
+            st = step_slice(ctx, x, s, &xs);
+            in = &xs;
+        }
+        qs_quantized_free(&z);
+        if (st == QS_OK)
+            st = alloc_quantized(ctx, &cfg, in->shape[0], in->shape[1], &z);
+        if (st == QS_OK) {
+            scales[s] = q.ds.scale;
+            qs_quantize_args args = {&cfg, in, q.ds.scale, &z};
+            st = p->table->quantize(p->state, &args);
+            if (st != QS_OK && st != QS_ERR_UNSUPPORTED)
+                st = qs_ctx_error(ctx, st, "backend %s: quantize failed: %s", p->table->name,
+                                  qs_status_str(st));
+        }
+        if (st == QS_OK && cfg.kind == QS_RECIPE_DELAYED) {
+            int d0 = z.data[QS_DIR_ROW].data ? QS_DIR_ROW : QS_DIR_COL;
+            st = qs_delayed_record(ctx, &q, z.amax[d0]);
+            if (st == QS_OK && x->ndim == 3)
+                st = qs_delayed_update(ctx, &q);
+        }
+        if (x->ndim == 3 && in == &xs)
+            qs_tensor_free(&xs);
+    }
+    if (st == QS_OK)
+        st = add_quantized(ctx, out, &z);
+    if (st == QS_OK && x->ndim == 3) {
+        st = add_f32(ctx, out, "scales", scales, steps);
+        if (st == QS_OK)
+            st = add_f32(ctx, out, "history", q.ds.history, q.ds.len);
+    }
+    free(scales);
+    qs_quantized_free(&z);
+    qs_quantizer_free(&q);
+    return st;
 }
 
 const qsk_op qsk_op_quantize = {"quantize", "a quantization recipe (spec/recipes.md)",

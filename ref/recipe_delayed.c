@@ -114,6 +114,14 @@ qs_status qsi_quantize_delayed(qs_ctx *ctx, qs_quantizer *q, const qsi_input *in
     qs_status s = qsi_tensorwise_encode(ctx, in, scale, scale_inv, amax, out);
     if (s != QS_OK)
         return s;
+    return qs_delayed_record(ctx, q, amax);
+}
+
+/* [REC-DS-RECORD] */
+qs_status qs_delayed_record(qs_ctx *ctx, qs_quantizer *q, float amax)
+{
+    if (!q || q->cfg.kind != QS_RECIPE_DELAYED || !q->ds.history)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "q is not an initialized delayed quantizer");
     if (amax > q->ds.history[0])
         q->ds.history[0] = amax;
     return QS_OK;

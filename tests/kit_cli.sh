@@ -98,13 +98,13 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ]; then
     skip=$(sed -n 's/^\([0-9]*\) passed, 0 failed, \([0-9]*\) skipped$/\2/p' "$QST_TMP/out")
     expect_true "it passes some cases and skips the rest as not supported" test "${pass:-0}" -gt 0 -a "${skip:-0}" -gt 0
     "$QSPEC" list "$SUITE" >"$QST_TMP/all"
-    # the cases covering the planted error: E4M3, RNE, satfinite casts
+    # the cases covering the planted error: the current-scaling quantizer's
     "$QSPEC" run --quiet --backend "$EXAMPLE" --report-json "$QST_TMP/ex.json" "$SUITE" >/dev/null || true
-    grep '"status": "pass"' "$QST_TMP/ex.json" | sed 's/.*"id": "\([^"]*\)".*/\1/' | grep -E '^fmt\.e4m3\.' | sort >"$QST_TMP/expected_fail"
+    grep '"status": "pass"' "$QST_TMP/ex.json" | sed 's/.*"id": "\([^"]*\)".*/\1/' | grep -E '^rec\.current\.' | sort >"$QST_TMP/expected_fail"
     expect_status "the planted copy fails" 1 "$QSPEC" run --quiet --backend "$PLANTED" --report-json "$QST_TMP/pl.json" "$SUITE"
     grep '"status": "fail"' "$QST_TMP/pl.json" | sed 's/.*"id": "\([^"]*\)".*/\1/' | sort >"$QST_TMP/failed"
-    expect_true "there are E4M3 cases it must fail" test -s "$QST_TMP/expected_fail"
+    expect_true "there are current-scaling cases it must fail" test -s "$QST_TMP/expected_fail"
     expect_true "it fails exactly the cases covering the planted quantizer" cmp -s "$QST_TMP/expected_fail" "$QST_TMP/failed"
-    expect_out "a failure line shows expected and observed in hex and decimal" "^FAIL fmt\.e4m3\.[^ ]+ seed=[0-9]+ output=y index=[0-9]+ expected=0x[0-9a-f]{2} \([^)]*\) observed=0x[0-9a-f]{2} \([^)]*\) mismatches=[0-9]+/[0-9]+"
+    expect_out "a failure line shows expected and observed in hex and decimal" "^FAIL rec\.current\.[^ ]+ seed=[0-9]+ output=[a-z_]+ index=[0-9]+ expected=0x[0-9a-f]+ \([^)]*\) observed=0x[0-9a-f]+ \([^)]*\) mismatches=[0-9]+/[0-9]+"
 fi
 qst_done

@@ -3,8 +3,9 @@
  * returns a qs_backend table: the ABI version, a name, capability bits and kernel slots.
  * A slot that is NULL, or a capability bit that is clear, makes every case that needs it
  * "not supported"; the kit never falls back to the reference behind a backend's back.
- * This header depends only on status.h, tensor.h and format.h, so a vendor builds a
- * plugin against the installed headers alone. */
+ * This header depends only on status.h, tensor.h, format.h and recipe.h (for their types;
+ * a plugin never links libqspec), so a vendor builds a plugin against the installed
+ * headers alone. */
 #ifndef QSPEC_BACKEND_H
 #define QSPEC_BACKEND_H
 
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "format.h"
+#include "recipe.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -41,10 +43,26 @@ typedef struct qs_cast_args {
     uint8_t *out;
 } qs_cast_args;
 
-/* Quantize and dequantize requests are opaque at ABI v1's current revision; their layout
- * is given by include/qspec/recipe.h once the recipes define it. */
-struct qs_quantize_args;
-struct qs_dequantize_args;
+/* A quantization request [CASE-OP-QUANTIZE]: quantize the 2-D host tensor x under cfg
+ * (spec/recipes.md). The kit allocates every tensor of out with the dtypes and shapes of
+ * qs_recipe_layout for the copies cfg asks for (cfg->rowwise, cfg->columnwise), and sets
+ * out->cfg, elem, rows and cols; the backend fills the data and scale tensors and amax[],
+ * global_enc[], global_dec[] exactly as the reference does. Delayed scaling passes its
+ * current scale in ds_scale (the backend uses it and reports the amax it saw); the kit, not
+ * the backend, keeps and updates the delayed-scaling state. */
+typedef struct qs_quantize_args {
+    const qs_recipe_config *cfg;
+    const qs_tensor *x;
+    float ds_scale;
+    qs_quantized *out;
+} qs_quantize_args;
+
+/* A dequantization request: copy dir of in to FP32 y ([rows, cols], allocated by the kit). */
+typedef struct qs_dequantize_args {
+    const qs_quantized *in;
+    qs_direction dir;
+    qs_tensor *y;
+} qs_dequantize_args;
 
 typedef struct qs_backend {
     uint32_t abi_version; /* QS_BACKEND_ABI_VERSION */
@@ -61,8 +79,10 @@ typedef struct qs_backend {
     const char *(*device)(void *state);
 
     qs_status (*cast)(void *state, const qs_cast_args *args);
-    qs_status (*quantize)(void *state, const struct qs_quantize_args *args);
-    qs_status (*dequantize)(void *state, const struct qs_dequantize_args *args);
+    /* A slot may answer QS_ERR_UNSUPPORTED for one request (a variant it does not
+     * implement): that case is then reported as not supported. */
+    qs_status (*quantize)(void *state, const qs_quantize_args *args);
+    qs_status (*dequantize)(void *state, const qs_dequantize_args *args);
 } qs_backend;
 
 /* The type of the exported entry point. It returns the table for the ABI the caller

@@ -179,6 +179,10 @@ qs_status qs_dequantize(qs_ctx *ctx, const qs_quantized *qz, qs_direction dir, q
 /* Frees the tensors of a quantization; accepts NULL and freed results. */
 void qs_quantized_free(qs_quantized *qz);
 
+/* Records amax into the current history slot as a quantization does [REC-DS-RECORD]:
+ * history[0] becomes the larger of itself and amax (a NaN in history[0] stays). For a
+ * backend's amax, so the kit keeps the state the reference would. */
+qs_status qs_delayed_record(qs_ctx *ctx, qs_quantizer *q, float amax);
 /* Delayed scaling calibration: history[0] = amax of x with NaN propagating (an overwrite,
  * not a max); no roll, no scale change [REC-DS-CALIB]. */
 qs_status qs_delayed_calibrate(qs_ctx *ctx, qs_quantizer *q, const qs_tensor *x);
