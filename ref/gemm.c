@@ -610,7 +610,8 @@ static void dot_at(qsi_dot *d, const qs_gemm_params *p, const qs_gemm_operand *a
 static void dot_init(qsi_dot *d, const qs_gemm_params *p, const qs_gemm_operand *a,
                      const qs_gemm_operand *b, qsi_xacc *x)
 {
-    int64_t gk = scalings[scaling_index(a->scaling)].group_k;
+    int si = scaling_index(a->scaling); /* validated by the caller; guarded all the same */
+    int64_t gk = si >= 0 ? scalings[si].group_k : 0;
     memset(d, 0, sizeof *d);
     d->k = p->k;
     d->group = gk > 0 ? gk : (p->k > 0 ? p->k : 1);

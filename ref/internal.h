@@ -3,14 +3,35 @@
 #ifndef QSPEC_REF_INTERNAL_H
 #define QSPEC_REF_INTERNAL_H
 
+#include "qspec/scope.h"
 #include "qspec/status.h"
 
 #define QSI_ERRMSG_LEN 512
 
+/* One entered region: its token and the state it replaced (ref/scope.c). */
+typedef struct qsi_scope_frame {
+    uint64_t token;
+    qs_scope_state saved;
+} qsi_scope_frame;
+
 struct qs_ctx {
     qs_status last_status;
     char errmsg[QSI_ERRMSG_LEN];
+    /* scoping (ref/scope.c): all zero in a new context [SCOPE-STATE] */
+    qs_scope_state scope;
+    qsi_scope_frame frames[QS_SCOPE_MAX_DEPTH];
+    int nframes;
+    uint64_t next_token;
+    uint64_t rng_seed, rng_offset; /* [SCOPE-RNG] */
+    int64_t fault_at, fault_steps; /* [SCOPE-FAULT] */
 };
+
+/* Counts one internal step; QS_ERR_INJECTED (message naming where) at the injected one. */
+qs_status qsi_fault_step(qs_ctx *ctx, const char *where);
+/* Enters a region whose state is st exactly (a checkpoint replay) [RCP-REPLAY]. */
+qs_status qsi_scope_enter_state(qs_ctx *ctx, const qs_scope_state *st, qs_scope_token *token);
+/* Pops the innermost region without fault steps; QS_ERR_STATE on a token mismatch. */
+qs_status qsi_scope_pop(qs_ctx *ctx, qs_scope_token token);
 
 #define QSI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
