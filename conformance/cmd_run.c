@@ -38,6 +38,7 @@ typedef struct run_opts {
     const char *backend;
     const char *filter;
     const char *report_json;
+    const char *junit;
     int update_digests;
     int quiet;
     int jobs;
@@ -245,6 +246,70 @@ static int write_json(qs_ctx *ctx, const char *path, const char *backend, const 
         fprintf(fp, "]}%s\n", i + 1 < n ? "," : "");
     }
     fputs("  ]\n}\n", fp);
+    return qsk_atomic_commit(ctx, &a) == QS_OK ? 0 : -1;
+}
+
+static void xml_text(FILE *fp, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '<')
+            fputs("&lt;", fp);
+        else if (ch == '>')
+            fputs("&gt;", fp);
+        else if (ch == '&')
+            fputs("&amp;", fp);
+        else if (ch == '"')
+            fputs("&quot;", fp);
+        else if (ch < 0x20 && ch != '\n' && ch != '\t')
+            fputc(' ', fp);
+        else
+            fputc(ch, fp);
+    }
+}
+
+/* JUnit XML as CI dashboards read it: one testsuite, a testcase per case (classname: the
+ * case file), a failure with the case's failure lines, or skipped when not supported. */
+static int write_junit(qs_ctx *ctx, const char *path, const char *backend, const case_result *rs,
+                       size_t n, const qsk_suite *s, size_t counts[3])
+{
+    qsk_atomic a;
+    if (qsk_atomic_open(ctx, &a, path) != QS_OK)
+        return -1;
+    FILE *fp = a.fp;
+    fprintf(fp, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n");
+    fprintf(fp, "<testsuite name=\"qspec ");
+    xml_text(fp, backend);
+    fprintf(fp, "\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" skipped=\"%zu\">\n", n,
+            counts[RES_FAIL], s->nerrors, counts[RES_SKIP]);
+    for (size_t i = 0; i < s->nerrors; i++) {
+        fputs("  <testcase classname=\"load\" name=\"load-error-", fp);
+        fprintf(fp, "%zu\"><error message=\"", i);
+        xml_text(fp, s->errors[i]);
+        fputs("\"/></testcase>\n", fp);
+    }
+    for (size_t i = 0; i < n; i++) {
+        fputs("  <testcase classname=\"", fp);
+        xml_text(fp, rs[i].c->file);
+        fputs("\" name=\"", fp);
+        xml_text(fp, rs[i].c->id);
+        if (rs[i].kind == RES_PASS) {
+            fputs("\"/>\n", fp);
+            continue;
+        }
+        fputs(rs[i].kind == RES_FAIL ? "\">\n    <failure message=\""
+                                     : "\">\n    <skipped message=\"",
+              fp);
+        xml_text(fp, rs[i].message);
+        if (rs[i].kind == RES_FAIL) {
+            fputs("\">", fp);
+            xml_text(fp, rs[i].out ? rs[i].out : "");
+            fputs("</failure>\n  </testcase>\n", fp);
+        } else {
+            fputs("\"/>\n  </testcase>\n", fp);
+        }
+    }
+    fputs("</testsuite>\n</testsuites>\n", fp);
     return qsk_atomic_commit(ctx, &a) == QS_OK ? 0 : -1;
 }
 
@@ -555,6 +620,10 @@ static int do_run(const run_opts *o, int npaths, char **paths)
     }
     for (size_t j = 0; !io_failed && j < n; j++)
         counts[rs[j].kind]++;
+    if (rs && !io_failed && o->junit && write_junit(ctx, o->junit, o->backend, rs, n, &s, counts)) {
+        fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
+        io_failed = 1;
+    }
     if (rs && o->report_json && write_json(ctx, o->report_json, o->backend, rs, n, &s, counts)) {
         fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
         io_failed = 1;
@@ -580,7 +649,7 @@ static int do_run(const run_opts *o, int npaths, char **paths)
 
 static int run_run(int argc, char **argv)
 {
-    run_opts o = {"ref", NULL, NULL, 0, 0, 1};
+    run_opts o = {"ref", NULL, NULL, NULL, 0, 0, 1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -597,6 +666,7 @@ static int run_run(int argc, char **argv)
         const char **slot = strcmp(a, "--backend") == 0       ? &o.backend
                             : strcmp(a, "--filter") == 0      ? &o.filter
                             : strcmp(a, "--report-json") == 0 ? &o.report_json
+                            : strcmp(a, "--junit") == 0       ? &o.junit
                                                               : NULL;
         if (slot) {
             if (i + 1 >= argc)
@@ -629,7 +699,8 @@ static int run_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_run = {
     "run", "run conformance cases on a backend and report",
-    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE]\n"
+    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE] [--junit "
+    "FILE]\n"
     "                 [--jobs N] [--update-digests] [--quiet] [CASES...]\n\n"
     "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
     "the installed suite, or the folder QSPEC_CASES names). For every case the reference\n"
@@ -640,6 +711,7 @@ const qsk_command qsk_cmd_run = {
     "  --backend B        ref (default), a plugin name (cuda) or a path to a plugin\n"
     "  --filter GLOB      run only the cases whose id matches GLOB\n"
     "  --report-json F    write the results as JSON to F\n"
+    "  --junit F          write the results as JUnit XML to F\n"
     "  --jobs N, -j N     run the reference on N worker processes (the report is the same)\n"
     "  --update-digests   rewrite the cases' golden digests from the reference (ref only)\n"
     "  --quiet            no progress line\n\n"

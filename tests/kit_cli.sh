@@ -105,6 +105,11 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ]; then
     grep '"status": "fail"' "$QST_TMP/pl.json" | sed 's/.*"id": "\([^"]*\)".*/\1/' | sort >"$QST_TMP/failed"
     expect_true "there are current-scaling cases it must fail" test -s "$QST_TMP/expected_fail"
     expect_true "it fails exactly the cases covering the planted quantizer" cmp -s "$QST_TMP/expected_fail" "$QST_TMP/failed"
+    expect_status "the planted copy writes JUnit XML" 1 "$QSPEC" run --quiet --backend "$PLANTED" --junit "$QST_TMP/j.xml" --filter 'rec.current.*' "$SUITE"
+    nfail=$(wc -l <"$QST_TMP/failed")
+    expect_true "JUnit counts the failures" grep -q "failures=\"$nfail\" errors=\"0\" skipped=\"0\"" "$QST_TMP/j.xml"
+    expect_true "JUnit holds a failure element per failed case" test "$(grep -c '<failure message=' "$QST_TMP/j.xml")" -eq "$nfail"
+    "$QSPEC" run --quiet --backend "$PLANTED" --filter 'rec.current.*' "$SUITE" >"$QST_TMP/out" || true
     expect_out "a failure line shows expected and observed in hex and decimal" "^FAIL rec\.current\.[^ ]+ seed=[0-9]+ output=[a-z_]+ index=[0-9]+ expected=0x[0-9a-f]+ \([^)]*\) observed=0x[0-9a-f]+ \([^)]*\) mismatches=[0-9]+/[0-9]+"
 fi
 qst_done
