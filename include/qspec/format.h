@@ -36,10 +36,10 @@ typedef enum qs_overflow {
 /* The descriptor of an encoded floating-point format. */
 typedef struct qs_format_info {
     qs_dtype dtype;
-    const char *name;     /* "e4m3" */
-    unsigned bits;        /* storage bits of one code: 4, 6, 8, 16, 32 */
-    unsigned ebits;       /* exponent bits */
-    unsigned mbits;       /* explicit mantissa (fraction) bits */
+    const char *name; /* "e4m3" */
+    unsigned bits;    /* storage bits of one code: 4, 6, 8, 16, 32 */
+    unsigned ebits;   /* exponent bits */
+    unsigned mbits;   /* explicit mantissa (fraction) bits */
     int bias;
     int has_sign;         /* 0 for E8M0 */
     int has_inf;          /* IEEE-style Inf at max exponent, zero mantissa */
@@ -78,6 +78,13 @@ typedef struct qs_cast_mode {
  * encoded is the unsigned power of two (spec/formats.md [FMT-E8M0-*]). */
 qs_status qs_encode_f32(qs_dtype dt, float x, qs_cast_mode mode, uint32_t *code);
 qs_status qs_encode_f64(qs_dtype dt, double x, qs_cast_mode mode, uint32_t *code);
+
+/* Exception flags of one encoding [FMT-FLAGS]: the result differs from x (inexact), x was
+ * finite and its rounded magnitude exceeded the format's max (overflow), the code is a NaN. */
+enum { QS_FLAG_INEXACT = 1u, QS_FLAG_OVERFLOW = 2u, QS_FLAG_NAN = 4u };
+/* qs_encode_f64 that also reports the QS_FLAG_* bits of the encoding in *flags (may be NULL). */
+qs_status qs_encode_f64_flags(qs_dtype dt, double x, qs_cast_mode mode, uint32_t *code,
+                              unsigned *flags);
 
 /* Shorthand for the conversions the recipes use: RNE, with the given policy. */
 uint8_t qs_encode_e4m3(float x, qs_overflow ovf);
