@@ -594,6 +594,21 @@ static qs_status load_root(loader *L, const qsk_ynode *root, qsk_case_file *f)
     return QS_OK;
 }
 
+/* Parses f->text (f->path names it in messages) into f's cases. */
+static qs_status parse_loaded(qs_ctx *ctx, qsk_rule_known_fn known, void *known_arg,
+                              qsk_case_file *f)
+{
+    qs_status st;
+    qsk_ynode *root = NULL;
+    st = qsk_yaml_parse(ctx, f->path, f->text, f->len, &root);
+    if (st != QS_OK)
+        return st;
+    loader L = {ctx, f->path, known, known_arg};
+    st = load_root(&L, root, f);
+    qsk_yaml_free(root);
+    return st;
+}
+
 qs_status qsk_case_file_load(qs_ctx *ctx, const char *path, qsk_rule_known_fn known,
                              void *known_arg, qsk_case_file *f)
 {
@@ -605,14 +620,22 @@ qs_status qsk_case_file_load(qs_ctx *ctx, const char *path, qsk_rule_known_fn kn
     qs_status st = qsk_read_file(ctx, path, &f->text, &f->len);
     if (st != QS_OK)
         return st;
-    qsk_ynode *root = NULL;
-    st = qsk_yaml_parse(ctx, f->path, f->text, f->len, &root);
-    if (st != QS_OK)
-        return st;
-    loader L = {ctx, f->path, known, known_arg};
-    st = load_root(&L, root, f);
-    qsk_yaml_free(root);
-    return st;
+    return parse_loaded(ctx, known, known_arg, f);
+}
+
+qs_status qsk_case_file_parse(qs_ctx *ctx, const char *name, const char *text, size_t len,
+                              qsk_rule_known_fn known, void *known_arg, qsk_case_file *f)
+{
+    memset(f, 0, sizeof *f);
+    f->path = malloc(strlen(name) + 1);
+    f->text = malloc(len + 1);
+    if (!f->path || !f->text)
+        return qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    strcpy(f->path, name);
+    memcpy(f->text, text, len);
+    f->text[len] = '\0';
+    f->len = len;
+    return parse_loaded(ctx, known, known_arg, f);
 }
 
 static void case_free(qsk_case *c)

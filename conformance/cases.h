@@ -99,6 +99,9 @@ typedef int (*qsk_rule_known_fn)(const char *id, void *arg);
 /* Loads and validates a case file. */
 qs_status qsk_case_file_load(qs_ctx *ctx, const char *path, qsk_rule_known_fn known,
                              void *known_arg, qsk_case_file *f);
+/* The same for text held in memory, named name in messages. */
+qs_status qsk_case_file_parse(qs_ctx *ctx, const char *name, const char *text, size_t len,
+                              qsk_rule_known_fn known, void *known_arg, qsk_case_file *f);
 void qsk_case_file_free(qsk_case_file *f);
 /* A parameter's text, or NULL when absent. */
 const qsk_param *qsk_case_param(const qsk_case *c, const char *key);

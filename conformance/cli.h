@@ -32,5 +32,12 @@ const qsk_command *qsk_find_command(const char *name);
 extern const qsk_command qsk_cmd_version;
 extern const qsk_command qsk_cmd_help;
 extern const qsk_command qsk_cmd_backends;
+extern const qsk_command qsk_cmd_quantize;
+extern const qsk_command qsk_cmd_dequantize;
+extern const qsk_command qsk_cmd_cast;
+extern const qsk_command qsk_cmd_run;
+extern const qsk_command qsk_cmd_list;
+extern const qsk_command qsk_cmd_show;
+extern const qsk_command qsk_cmd_coverage;
 
 #endif

@@ -1,12 +1,13 @@
 /* plugin.cu: the CUDA backend plugin's entry point and device probe.
  * Built as libqspec-cuda.so against include/qspec/backend.h only. open() fails with a
- * clear reason when no CUDA device (or driver) is present; kernels register their
- * capability bits and slots in the table as they are added. */
+ * clear reason when no CUDA device (or driver) is present. The table claims cast and the
+ * delayed, current, mxfp8 and block quantizers (cuda/qc_slots.cu); nvfp4 is not claimed. */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
 #include <string.h>
 
+#include "qc_slots.h"
 #include "qspec/backend.h"
 
 namespace {
@@ -31,6 +32,11 @@ qs_status cuda_open(void **state, char *why, size_t why_len)
     err = cudaGetDeviceProperties(&prop, 0);
     if (err != cudaSuccess) {
         snprintf(why, why_len, "cannot query CUDA device 0: %s", cudaGetErrorString(err));
+        return QS_ERR_UNSUPPORTED;
+    }
+    err = cudaSetDevice(0);
+    if (err != cudaSuccess) {
+        snprintf(why, why_len, "cannot use CUDA device 0: %s", cudaGetErrorString(err));
         return QS_ERR_UNSUPPORTED;
     }
     g_state.device = 0;
@@ -59,10 +65,13 @@ qs_backend make_table()
     t.struct_size = sizeof(qs_backend);
     t.name = "cuda";
     t.version = "0.1.0";
-    t.caps = 0;
+    t.caps = QS_CAP_CAST | QS_CAP_QUANT_DELAYED | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_MXFP8 |
+             QS_CAP_QUANT_BLOCK;
     t.open = cuda_open;
     t.close = cuda_close;
     t.device = cuda_device;
+    t.cast = qc_slot_cast;
+    t.quantize = qc_slot_quantize;
     return t;
 }
 

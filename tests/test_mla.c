@@ -1,8 +1,10 @@
 /* test_mla.c: the MLA block of spec/attention.md [MLA-*]: YaRN bounds and the DeepSeek-V3
  * softmax scale, RoPE on de-interleaved pairs, the plain block against a double-precision
  * MLA written here, absorbed against plain (FP32 and BF16), split against combined K/V
- * up-projections, thd against per-sequence sbhd, and the norm on c_kv only. */
+ * up-projections, thd against per-sequence sbhd, and the norm on c_kv only; the backward
+ * [MLA-BWD] against finite differences of a double MLA, absorbed against plain, thd. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "qspec/attention.h"
@@ -459,6 +461,392 @@ START_TEST(test_kv_norm_covers_c_kv_but_not_k_pe)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- backward */
+
+/* All parameters of the block in double (x and every weight), for finite differences. */
+typedef struct mla_pd {
+    double x[16 * 8], w_dq[6 * 8], q_norm[6], w_uq[14 * 6], w_q[14 * 8], w_dkv[9 * 8];
+    double kv_norm[5], w_ukv[10 * 5], w_o[8 * 4];
+} mla_pd;
+
+static void to_d(double *d, const float *f, size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        d[e] = f[e];
+}
+
+static void lin_dd(const double *x, const double *w, int64_t in, int64_t out, double *y)
+{
+    for (int64_t o = 0; o < out; o++) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < in; i++)
+            acc += x[i] * w[o * in + i];
+        y[o] = acc;
+    }
+}
+
+static void rms_dd(double *x, const double *w, int64_t n, double eps)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / (double)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = x[i] * r * w[i];
+}
+
+/* RoPE in double with the reference's FP32 inverse frequencies (constants), M = 1. */
+static void rope_dd(const double *x, double *y, int64_t dr, const float *inv, int64_t pos)
+{
+    for (int64_t j = 0; j < dr / 2; j++) {
+        double f = (double)pos * inv[j], a = x[2 * j], b = x[2 * j + 1];
+        y[j] = a * cos(f) - b * sin(f);
+        y[dr / 2 + j] = b * cos(f) + a * sin(f);
+    }
+}
+
+/* L = sum(out * dout) of the plain MLA in double, sbhd, mask as given, the scale of
+ * [MLA-SCALE]; x and the weights from P (w_ukv combined). */
+static double mla_loss_dd(const qs_mla_config *c, const mla_pd *P, int64_t b, int64_t s,
+                          qs_attn_mask mask, const float *dout)
+{
+    enum { MT = 16, MH = 2, DQ = 7 };
+    int64_t T = b * s, n = c->heads, dq = c->dn + c->dr, rkv = c->kv_lora_rank;
+    double Q[MT][MH][DQ], K[MT][MH][DQ], V[MT][MH][4], t1[64], t2[64], loss = 0.0;
+    float inv[8];
+    qs_mla_rope_inv_freq(NULL, c, inv, NULL, NULL);
+    for (int64_t r = 0; r < T; r++) {
+        const double *xd = P->x + r * c->hidden;
+        if (c->q_lora_rank > 0) {
+            lin_dd(xd, P->w_dq, c->hidden, c->q_lora_rank, t1);
+            rms_dd(t1, P->q_norm, c->q_lora_rank, c->norm_eps);
+            lin_dd(t1, P->w_uq, c->q_lora_rank, n * dq, t2);
+        } else {
+            lin_dd(xd, P->w_q, c->hidden, n * dq, t2);
+        }
+        for (int64_t h = 0; h < n; h++) {
+            memcpy(Q[r][h], t2 + h * dq, (size_t)c->dn * sizeof(double));
+            rope_dd(t2 + h * dq + c->dn, Q[r][h] + c->dn, c->dr, inv, r / b);
+        }
+        lin_dd(xd, P->w_dkv, c->hidden, rkv + c->dr, t1);
+        double kpe[8];
+        rope_dd(t1 + rkv, kpe, c->dr, inv, r / b);
+        rms_dd(t1, P->kv_norm, rkv, c->norm_eps);
+        lin_dd(t1, P->w_ukv, rkv, n * (c->dn + c->dv), t2);
+        for (int64_t h = 0; h < n; h++) {
+            memcpy(K[r][h], t2 + h * (c->dn + c->dv), (size_t)c->dn * sizeof(double));
+            memcpy(K[r][h] + c->dn, kpe, (size_t)c->dr * sizeof(double));
+            memcpy(V[r][h], t2 + h * (c->dn + c->dv) + c->dn, (size_t)c->dv * sizeof(double));
+        }
+    }
+    double scale = qs_mla_softmax_scale(c), att[16];
+    for (int64_t r = 0; r < T; r++) {
+        double o[8] = {0};
+        int64_t i = r / b, seq = r % b, nk = mask == QS_ATTN_MASK_CAUSAL ? i + 1 : s;
+        for (int64_t h = 0; h < n; h++) {
+            double sc[16], mx = -INFINITY, l = 0.0;
+            for (int64_t j = 0; j < nk; j++) {
+                double acc = 0.0;
+                for (int64_t d = 0; d < dq; d++)
+                    acc += Q[r][h][d] * K[j * b + seq][h][d];
+                sc[j] = scale * acc;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int64_t j = 0; j < nk; j++)
+                l += exp(sc[j] - mx);
+            for (int64_t j = 0; j < nk; j++)
+                for (int64_t e = 0; e < c->dv; e++)
+                    o[h * c->dv + e] += exp(sc[j] - mx) / l * V[j * b + seq][h][e];
+        }
+        lin_dd(o, P->w_o, n * c->dv, c->hidden, att);
+        for (int64_t e = 0; e < c->hidden; e++)
+            loss += att[e] * dout[r * c->hidden + e];
+    }
+    return loss;
+}
+
+/* Gradient buffers (combined and split K/V both present). */
+typedef struct mla_g {
+    float dx[16 * 8], dw_dq[6 * 8], dq_norm[6], dw_uq[14 * 6], dw_q[14 * 8], dw_dkv[9 * 8];
+    float dkv_norm[5], dw_ukv[10 * 5], dw_uk[6 * 5], dw_uv[4 * 5], dw_o[8 * 4];
+    qs_mla_grads g;
+} mla_g;
+
+static void grads_init(mla_g *m)
+{
+    memset(m, 0, sizeof *m);
+    qs_mla_grads g = {m->dx,       m->dw_dq,  m->dq_norm, m->dw_uq, m->dw_q, m->dw_dkv,
+                      m->dkv_norm, m->dw_ukv, m->dw_uk,   m->dw_uv, m->dw_o};
+    m->g = g;
+}
+
+/* Splits combined [K_h; V_h] rows (n 2, dn 3, dv 2, rkv 5) into W_UK and W_UV. */
+static void split_rows(const float *ukv, float *uk, float *uv)
+{
+    for (int h = 0; h < 2; h++) {
+        memcpy(uk + h * 15, ukv + h * 25, 15 * sizeof(float));
+        memcpy(uv + h * 10, ukv + h * 25 + 15, 10 * sizeof(float));
+    }
+}
+
+/* Central difference of L in parameter a[e], step 1e-5. */
+static double fd_at(const qs_mla_config *c, mla_pd *P, double *a, size_t e, int64_t b, int64_t s,
+                    qs_attn_mask mask, const float *dout)
+{
+    const double hstep = 1e-5;
+    double keep = a[e];
+    a[e] = keep + hstep;
+    double lp = mla_loss_dd(c, P, b, s, mask, dout);
+    a[e] = keep - hstep;
+    double lm = mla_loss_dd(c, P, b, s, mask, dout);
+    a[e] = keep;
+    return (lp - lm) / (2.0 * hstep);
+}
+
+static double max_err_seen;
+
+/* Every element of the FP32 gradient g[0..n) against the finite difference in a. */
+static void check_fd_array(const char *name, const float *g, double *a, size_t n,
+                           const qs_mla_config *c, mla_pd *P, int64_t b, int64_t s,
+                           qs_attn_mask mask, const float *dout)
+{
+    double gn = 0.0;
+    for (size_t e = 0; e < n; e++) {
+        double fd = fd_at(c, P, a, e, b, s, mask, dout), err = fabs(g[e] - fd);
+        double rel = err / (1.0 + fabs(fd));
+        max_err_seen = rel > max_err_seen ? rel : max_err_seen;
+        gn += fabs(fd);
+        ck_assert_msg(err <= 5e-6 * (1.0 + fabs(fd)),
+                      "%s[%zu]: backward %.9g, finite difference %.9g", name, e, (double)g[e], fd);
+    }
+    ck_assert_msg(gn > 1e-3, "%s: the gradient is all but zero (%g)", name, gn);
+}
+
+/* [MLA-BWD] [MLA-BWD-NORM] [MLA-BWD-ROPE]: the FP32 backward of x and every weight against
+ * central differences (step 1e-5) of the double MLA written here. The difference itself is
+ * good to ~1e-10 (truncation ~h^2 times the third derivative, cancellation ~1e-16 L / h);
+ * the FP32 backward carries FP32 rounding of the forward and backward through ~10 stages
+ * of sums of <= 16 terms of magnitude ~1 (measured below 1e-6); checked within
+ * 5e-6 (1 + |fd|). Each gradient must also be far from zero. */
+static void check_bwd_fd(int64_t rq, int split, int absorbed, qs_attn_mask mask, float yarn)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = small_cfg(rq);
+    c.yarn_factor = yarn;
+    c.yarn_mscale = c.yarn_mscale_all_dim = 1.0f;
+    c.yarn_beta_fast = 32.0f;
+    c.yarn_beta_slow = 1.0f;
+    c.yarn_original_max_pos = 8;
+    c.absorbed = absorbed;
+    mla_w m;
+    weights_init(&m, &c, QS_FP32, 700 + (uint64_t)(rq + 2 * split + 4 * absorbed));
+    enum { B = 2, S = 4, N = B * S * 8 };
+    qs_mla_shape sh = sbhd_shape(B, S, QS_FP32);
+    sh.mask = mask;
+    float *x = rbuf(N, 1.0f, QS_FP32), *dout = rbuf(N, 1.0f, QS_FP32), uk[30], uv[20];
+    qs_mla_weights ws = m.w;
+    static mla_g g;
+    grads_init(&g);
+    if (split) {
+        split_rows(m.w_ukv, uk, uv);
+        ws.w_ukv = NULL, ws.w_uk = uk, ws.w_uv = uv;
+        g.g.dw_ukv = NULL;
+    }
+    ck_assert_int_eq(qs_mla_bwd(ctx, &c, &sh, &ws, x, dout, &g.g), QS_OK);
+    for (int h = 0; split && h < 2; h++) { /* back to the combined row order */
+        memcpy(g.dw_ukv + h * 25, g.dw_uk + h * 15, 15 * sizeof(float));
+        memcpy(g.dw_ukv + h * 25 + 15, g.dw_uv + h * 10, 10 * sizeof(float));
+    }
+    static mla_pd P;
+    int64_t nq = 2 * 7, nr = rq > 0 ? rq : 1;
+    to_d(P.x, x, N), to_d(P.w_dq, m.w_dq, (size_t)(nr * 8)), to_d(P.q_norm, m.q_norm, (size_t)nr);
+    to_d(P.w_uq, m.w_uq, (size_t)(nq * nr)), to_d(P.w_q, m.w_q, (size_t)(nq * 8));
+    to_d(P.w_dkv, m.w_dkv, 72), to_d(P.kv_norm, m.kv_norm, 5), to_d(P.w_ukv, m.w_ukv, 50);
+    to_d(P.w_o, m.w_o, 32);
+    check_fd_array("dx", g.dx, P.x, N, &c, &P, B, S, mask, dout);
+    if (rq > 0) {
+        check_fd_array("dw_dq", g.dw_dq, P.w_dq, (size_t)(rq * 8), &c, &P, B, S, mask, dout);
+        check_fd_array("dq_norm", g.dq_norm, P.q_norm, (size_t)rq, &c, &P, B, S, mask, dout);
+        check_fd_array("dw_uq", g.dw_uq, P.w_uq, (size_t)(nq * rq), &c, &P, B, S, mask, dout);
+    } else {
+        check_fd_array("dw_q", g.dw_q, P.w_q, (size_t)(nq * 8), &c, &P, B, S, mask, dout);
+    }
+    check_fd_array("dw_dkv", g.dw_dkv, P.w_dkv, 72, &c, &P, B, S, mask, dout);
+    check_fd_array("dkv_norm", g.dkv_norm, P.kv_norm, 5, &c, &P, B, S, mask, dout);
+    check_fd_array("dw_ukv", g.dw_ukv, P.w_ukv, 50, &c, &P, B, S, mask, dout);
+    check_fd_array("dw_o", g.dw_o, P.w_o, 32, &c, &P, B, S, mask, dout);
+    free(x), free(dout);
+    weights_free(&m);
+    qs_ctx_free(ctx);
+}
+
+/* [MLA-BWD] [MLA-BWD-NORM]: plain, q LoRA (q norm), combined K/V, causal. */
+START_TEST(test_bwd_plain_q_lora_combined_matches_finite_differences)
+{
+    max_err_seen = 0.0;
+    check_bwd_fd(6, 0, 0, QS_ATTN_MASK_CAUSAL, 1.0f);
+    fprintf(stderr, "mla bwd (plain) vs finite differences: max err/(1+|fd|) %.3g\n", max_err_seen);
+}
+END_TEST
+
+/* [MLA-BWD] [MLA-BWD-ROPE]: plain, single q proj, split K/V, no mask, YaRN f 4. */
+START_TEST(test_bwd_plain_single_q_split_kv_matches_finite_differences)
+{
+    check_bwd_fd(0, 1, 0, QS_ATTN_MASK_NONE, 4.0f);
+}
+END_TEST
+
+/* [MLA-BWD-ABSORBED]: absorbed, q LoRA, combined K/V, causal, YaRN f 4. */
+START_TEST(test_bwd_absorbed_matches_finite_differences)
+{
+    max_err_seen = 0.0;
+    check_bwd_fd(6, 0, 1, QS_ATTN_MASK_CAUSAL, 4.0f);
+    fprintf(stderr, "mla bwd (absorbed) vs finite differences: max err/(1+|fd|) %.3g\n",
+            max_err_seen);
+}
+END_TEST
+
+/* [MLA-BWD-ABSORBED]: absorbed, single q proj, split K/V, no mask. */
+START_TEST(test_bwd_absorbed_single_q_split_kv_matches_finite_differences)
+{
+    check_bwd_fd(0, 1, 1, QS_ATTN_MASK_NONE, 1.0f);
+}
+END_TEST
+
+/* Runs qs_mla_bwd for c on x, dout into g (combined K/V). */
+static void run_bwd(qs_ctx *ctx, const qs_mla_config *c, const qs_mla_shape *sh, const mla_w *m,
+                    const float *x, const float *dout, mla_g *g)
+{
+    grads_init(g);
+    ck_assert_int_eq(qs_mla_bwd(ctx, c, sh, &m->w, x, dout, &g->g), QS_OK);
+}
+
+/* [MLA-BWD-ABSORBED]: absorbed and plain backward are gradients of the same function, so
+ * in FP32 they agree within FP32 rounding of the reassociated sums, checked within
+ * 1e-5 (1 + |plain|) (both are within 6e-7 of the finite differences above); in BF16 the
+ * rounding points differ, so only cosine > 0.999 per gradient, and not bitwise. */
+static void check_bwd_absorbed_vs_plain(qs_dtype dt)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = small_cfg(6);
+    mla_w m;
+    weights_init(&m, &c, dt, 800);
+    enum { B = 2, S = 6, N = B * S * 8 };
+    qs_mla_shape sh = sbhd_shape(B, S, dt);
+    float *x = rbuf(N, 1.0f, dt), *dout = rbuf(N, 1.0f, dt);
+    static mla_g gp, ga;
+    run_bwd(ctx, &c, &sh, &m, x, dout, &gp);
+    c.absorbed = 1;
+    run_bwd(ctx, &c, &sh, &m, x, dout, &ga);
+    const float *a[] = {gp.dx,     gp.dw_dq,    gp.dq_norm, gp.dw_uq,
+                        gp.dw_dkv, gp.dkv_norm, gp.dw_ukv,  gp.dw_o};
+    const float *b[] = {ga.dx,     ga.dw_dq,    ga.dq_norm, ga.dw_uq,
+                        ga.dw_dkv, ga.dkv_norm, ga.dw_ukv,  ga.dw_o};
+    const int n[] = {N, 48, 6, 84, 72, 5, 50, 32};
+    int same = 1;
+    for (int k = 0; k < 8; k++) {
+        double sxy = 0, sxx = 0, syy = 0;
+        for (int e = 0; e < n[k]; e++) {
+            sxy += (double)a[k][e] * b[k][e];
+            sxx += (double)a[k][e] * a[k][e];
+            syy += (double)b[k][e] * b[k][e];
+            same &= qs_f32_bits(a[k][e]) == qs_f32_bits(b[k][e]);
+            if (dt == QS_FP32)
+                ck_assert_msg(fabs(a[k][e] - b[k][e]) <= 1e-5 * (1.0 + fabs(a[k][e])),
+                              "gradient %d [%d]: plain %.9g absorbed %.9g", k, e, (double)a[k][e],
+                              (double)b[k][e]);
+        }
+        ck_assert_msg(sxx > 1e-6 && sxy / sqrt(sxx * syy) > 0.999, "gradient %d: cosine %.9g", k,
+                      sxy / sqrt(sxx * syy));
+    }
+    if (dt == QS_BF16)
+        ck_assert(!same);
+    free(x), free(dout);
+    weights_free(&m);
+    qs_ctx_free(ctx);
+}
+
+START_TEST(test_bwd_absorbed_equals_plain_in_fp32)
+{
+    check_bwd_absorbed_vs_plain(QS_FP32);
+}
+END_TEST
+
+/* [MLA-BWD-ABSORBED] [MLA-BWD]: BF16 rounding points differ. */
+START_TEST(test_bwd_absorbed_close_to_plain_in_bf16)
+{
+    check_bwd_absorbed_vs_plain(QS_BF16);
+}
+END_TEST
+
+/* [MLA-BWD]: thd with two sequences of 4 equals bshd with b = 2 bit for bit in every
+ * gradient (same rows, positions and sums); thd with sequences of 3 and 5 gives each
+ * sequence alone's dx bit for bit, and weight gradients equal to the sum of the
+ * per-sequence ones within FP32 rounding (1e-5 (1 + |g|)), plain and absorbed, BF16. */
+START_TEST(test_bwd_thd_matches_bshd_and_per_sequence)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = small_cfg(6);
+    mla_w m;
+    weights_init(&m, &c, QS_BF16, 900);
+    float *x = rbuf(64, 1.0f, QS_BF16), *dout = rbuf(64, 1.0f, QS_BF16);
+    static mla_g gt, gb, g1;
+    for (int ab = 0; ab < 2; ab++) {
+        c.absorbed = ab;
+        int32_t cu4[3] = {0, 4, 8}, cu35[3] = {0, 3, 8};
+        qs_mla_shape th = {QS_ATTN_THD, QS_ATTN_MASK_CAUSAL, 2, 8, cu4, QS_BF16};
+        qs_mla_shape bs = {QS_ATTN_BSHD, QS_ATTN_MASK_CAUSAL, 2, 4, NULL, QS_BF16};
+        run_bwd(ctx, &c, &th, &m, x, dout, &gt);
+        run_bwd(ctx, &c, &bs, &m, x, dout, &gb);
+        const float *pt[] = {gt.dx,     gt.dw_dq,    gt.dq_norm, gt.dw_uq,
+                             gt.dw_dkv, gt.dkv_norm, gt.dw_ukv,  gt.dw_o};
+        const float *pb[] = {gb.dx,     gb.dw_dq,    gb.dq_norm, gb.dw_uq,
+                             gb.dw_dkv, gb.dkv_norm, gb.dw_ukv,  gb.dw_o};
+        const int nel[] = {64, 48, 6, 84, 72, 5, 50, 32};
+        for (int k = 0; k < 8; k++)
+            for (int e = 0; e < nel[k]; e++)
+                ck_assert_msg(qs_f32_bits(pt[k][e]) == qs_f32_bits(pb[k][e]),
+                              "absorbed %d, gradient %d [%d]", ab, k, e);
+        th.cu_seqlens = cu35;
+        run_bwd(ctx, &c, &th, &m, x, dout, &gt);
+        float wsum[32] = {0};
+        for (int n = 0; n < 2; n++) {
+            qs_mla_shape s1 = sbhd_shape(1, cu35[n + 1] - cu35[n], QS_BF16);
+            run_bwd(ctx, &c, &s1, &m, x + cu35[n] * 8, dout + cu35[n] * 8, &g1);
+            for (int e = 0; e < (cu35[n + 1] - cu35[n]) * 8; e++)
+                ck_assert(qs_f32_bits(gt.dx[cu35[n] * 8 + e]) == qs_f32_bits(g1.dx[e]));
+            for (int e = 0; e < 32; e++)
+                wsum[e] += g1.dw_o[e];
+        }
+        for (int e = 0; e < 32; e++)
+            ck_assert_msg(fabsf(gt.dw_o[e] - wsum[e]) <= 1e-5f * (1.0f + fabsf(wsum[e])),
+                          "dw_o[%d] %.9g vs %.9g", e, (double)gt.dw_o[e], (double)wsum[e]);
+    }
+    free(x), free(dout);
+    weights_free(&m);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
+/* [MLA-BWD]: a NULL gradient the configuration needs is rejected. */
+START_TEST(test_bwd_rejects_missing_gradient)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = small_cfg(6);
+    mla_w m;
+    weights_init(&m, &c, QS_FP32, 950);
+    qs_mla_shape sh = sbhd_shape(1, 2, QS_FP32);
+    float x[16] = {0}, dout[16] = {0};
+    static mla_g g;
+    grads_init(&g);
+    g.g.dq_norm = NULL;
+    ck_assert_int_eq(qs_mla_bwd(ctx, &c, &sh, &m.w, x, dout, &g.g), QS_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "gradient"));
+    weights_free(&m);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
 /* [MLA-SHAPES]: bad configurations are rejected. */
 START_TEST(test_bad_configuration_is_rejected)
 {
@@ -496,6 +884,14 @@ static Suite *mla_suite(void)
     tcase_add_test(tc, test_split_kv_up_projection_equals_combined_bitwise);
     tcase_add_test(tc, test_thd_equals_each_sequence_alone_bitwise);
     tcase_add_test(tc, test_kv_norm_covers_c_kv_but_not_k_pe);
+    tcase_add_test(tc, test_bwd_plain_q_lora_combined_matches_finite_differences);
+    tcase_add_test(tc, test_bwd_plain_single_q_split_kv_matches_finite_differences);
+    tcase_add_test(tc, test_bwd_absorbed_matches_finite_differences);
+    tcase_add_test(tc, test_bwd_absorbed_single_q_split_kv_matches_finite_differences);
+    tcase_add_test(tc, test_bwd_absorbed_equals_plain_in_fp32);
+    tcase_add_test(tc, test_bwd_absorbed_close_to_plain_in_bf16);
+    tcase_add_test(tc, test_bwd_thd_matches_bshd_and_per_sequence);
+    tcase_add_test(tc, test_bwd_rejects_missing_gradient);
     tcase_add_test(tc, test_bad_configuration_is_rejected);
     suite_add_tcase(s, tc);
     return s;

@@ -1,8 +1,8 @@
 /* attention.h: the reference attention ops of spec/attention.md. Softmax attention
  * (SDPA: sbhd/bshd/thd, none/causal, GQA, lse, backward) [ATTN-*]; Gated DeltaNet (the
  * normative token recurrence, its chunked WY form, backward, and the layer pieces: gate,
- * beta, short conv, gated RMSNorm) [GDN-*]; the MLA block, plain and absorbed, forward
- * [MLA-*]. Tensors are row-major FP32 arrays holding values of the dtype named. */
+ * beta, short conv, gated RMSNorm) [GDN-*]; the MLA block, plain and absorbed, forward and
+ * backward [MLA-*]. Tensors are row-major FP32 arrays holding values of the dtype named. */
 #ifndef QSPEC_ATTENTION_H
 #define QSPEC_ATTENTION_H
 
@@ -195,6 +195,24 @@ qs_status qs_mla_up_proj(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_sha
  * qs_sdpa_fwd. */
 qs_status qs_mla_fwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
                      const qs_mla_weights *w, const float *x, float *out);
+
+/* Gradients of an MLA block, shaped like the input and the weights they belong to; the
+ * ones the configuration uses (as in qs_mla_weights) must be non-NULL, the others are not
+ * written. dx holds dtype values; weight gradients are FP32 sums, not rounded [MLA-BWD]. */
+typedef struct qs_mla_grads {
+    float *dx;
+    float *dw_dq, *dq_norm, *dw_uq, *dw_q;
+    float *dw_dkv, *dkv_norm;
+    float *dw_ukv, *dw_uk, *dw_uv;
+    float *dw_o;
+} qs_mla_grads;
+
+/* The MLA block backward [MLA-BWD] (plain or absorbed [MLA-BWD-ABSORBED]): from x and the
+ * output gradient dout (dtype values) the gradients g of x and every weight. Errors as
+ * qs_mla_fwd, and QS_ERR_INVALID_ARG for a NULL gradient the configuration needs. */
+qs_status qs_mla_bwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
+                     const qs_mla_weights *w, const float *x, const float *dout,
+                     const qs_mla_grads *g);
 
 #ifdef __cplusplus
 }

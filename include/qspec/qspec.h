@@ -7,7 +7,13 @@
 #include "format.h"
 #include "mathf.h"
 #include "random.h"
+#include "recipe.h"
 #include "backend.h"
+#include "gemm.h"
+#include "attention.h"
+#include "scope.h"
+#include "checkpoint.h"
+#include "program.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,192 @@
+/* bench.cu: times every CUDA quantizer of cuda/ on an 8192x16384 BF16 input (or the size
+ * given as two arguments) with CUDA events — warm-up, median of many runs, rotated input
+ * and output buffers larger than L2 — beside a device-to-device copy measured in the same
+ * run, and prints per kernel the bytes the algorithm must move, the achieved bandwidth and
+ * its fraction of the copy bandwidth. cuda/bench/peer.py times PyTorch on the same work. */
+#include <algorithm>
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+
+#include "../qc_kernels.h"
+
+namespace {
+
+constexpr int kRot = 4;     /* buffer sets rotated between runs */
+constexpr int kWarm = 5;
+constexpr int kRuns = 40;
+
+#define CHECK(call)                                                                               \
+    do {                                                                                          \
+        cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                  \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+/* Deterministic BF16 values of a few binades, some of each sign. */
+__global__ void fill_bf16(uint16_t *x, size_t n, uint32_t seed)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    uint32_t exp = 120u + (h >> 28); /* 2^-7 .. 2^8 */
+    x[i] = static_cast<uint16_t>(((h & 1u) << 15) | (exp << 7) | ((h >> 8) & 0x7Fu));
+}
+
+struct buffers {
+    uint16_t *x;
+    uint8_t *row, *col, *rs, *cs;
+    uint32_t *amax;
+};
+
+struct bench_ctx {
+    int64_t M, K;
+    buffers set[kRot];
+};
+
+typedef void (*kernel_fn)(const bench_ctx &c, const buffers &b);
+
+double median_us(const bench_ctx &c, kernel_fn f)
+{
+    cudaEvent_t t0, t1;
+    CHECK(cudaEventCreate(&t0));
+    CHECK(cudaEventCreate(&t1));
+    for (int i = 0; i < kWarm; i++)
+        f(c, c.set[i % kRot]);
+    std::vector<float> ms;
+    for (int i = 0; i < kRuns; i++) {
+        CHECK(cudaEventRecord(t0));
+        f(c, c.set[i % kRot]);
+        CHECK(cudaEventRecord(t1));
+        CHECK(cudaEventSynchronize(t1));
+        float v;
+        CHECK(cudaEventElapsedTime(&v, t0, t1));
+        ms.push_back(v);
+    }
+    CHECK(cudaGetLastError());
+    std::sort(ms.begin(), ms.end());
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    return 1000.0 * ms[ms.size() / 2];
+}
+
+qc_input input(const bench_ctx &c, const buffers &b)
+{
+    return qc_input{b.x, QC_IN_BF16, c.M, c.K};
+}
+
+void k_copy(const bench_ctx &c, const buffers &b)
+{
+    CHECK(cudaMemcpyAsync(b.col, b.x, static_cast<size_t>(c.M * c.K) * 2, cudaMemcpyDeviceToDevice));
+}
+void k_amax(const bench_ctx &c, const buffers &b)
+{
+    CHECK(qc_amax(input(c, b), b.amax));
+}
+void k_delayed_row(const bench_ctx &c, const buffers &b)
+{
+    qc_tw_params p = {0, 0, 0.5f, 0.0f, 0};
+    CHECK(qc_amax(input(c, b), b.amax));
+    CHECK(qc_tensorwise(input(c, b), p, b.amax, b.row, nullptr));
+}
+void k_current_row(const bench_ctx &c, const buffers &b)
+{
+    qc_tw_params p = {0, 1, 1.0f, 0.0f, 0};
+    CHECK(qc_amax(input(c, b), b.amax));
+    CHECK(qc_tensorwise(input(c, b), p, b.amax, b.row, nullptr));
+}
+void k_current_both(const bench_ctx &c, const buffers &b)
+{
+    qc_tw_params p = {0, 1, 1.0f, 0.0f, 0};
+    CHECK(qc_amax(input(c, b), b.amax));
+    CHECK(qc_tensorwise(input(c, b), p, b.amax, b.row, b.col));
+}
+void k_mx_row(const bench_ctx &c, const buffers &b)
+{
+    CHECK(qc_mxfp8(input(c, b), 0, 0, qc_copy{b.row, b.rs}, qc_copy{nullptr, nullptr}));
+}
+void k_mx_both(const bench_ctx &c, const buffers &b)
+{
+    CHECK(qc_mxfp8(input(c, b), 0, 0, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
+}
+void k_blk1d_row(const bench_ctx &c, const buffers &b)
+{
+    qc_block_params p = {0, 0.0f, 1, 3.38953139e38f};
+    CHECK(qc_block_1d(input(c, b), p, qc_copy{b.row, b.rs}, qc_copy{nullptr, nullptr}));
+}
+void k_blk1d_both(const bench_ctx &c, const buffers &b)
+{
+    qc_block_params p = {0, 0.0f, 1, 3.38953139e38f};
+    CHECK(qc_block_1d(input(c, b), p, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
+}
+void k_blk2d_both(const bench_ctx &c, const buffers &b)
+{
+    qc_block_params p = {0, 0.0f, 1, 3.38953139e38f};
+    CHECK(qc_block_2d(input(c, b), p, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
+}
+
+struct entry {
+    const char *name;
+    kernel_fn f;
+    double bytes_per_elem; /* the algorithm's minimum traffic, per input element */
+};
+
+void alloc_set(buffers &b, int64_t n, uint32_t seed)
+{
+    CHECK(cudaMalloc(&b.x, n * 2));
+    CHECK(cudaMalloc(&b.row, n));
+    CHECK(cudaMalloc(&b.col, n * 2)); /* also the copy's destination */
+    CHECK(cudaMalloc(&b.rs, n / 8 + 64));
+    CHECK(cudaMalloc(&b.cs, n / 8 + 64));
+    CHECK(cudaMalloc(&b.amax, 4));
+    fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(b.x, static_cast<size_t>(n), seed);
+    CHECK(cudaGetLastError());
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    bench_ctx c;
+    c.M = argc > 2 ? atoll(argv[1]) : 8192;
+    c.K = argc > 2 ? atoll(argv[2]) : 16384;
+    int64_t n = c.M * c.K;
+    for (int i = 0; i < kRot; i++)
+        alloc_set(c.set[i], n, 0x9E3779B9u * (i + 1));
+    CHECK(cudaDeviceSynchronize());
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    /* Bytes per element: BF16 in = 2, each FP8 copy = 1, scales by their block size;
+     * tensorwise current scaling must read x twice (amax before the cast). */
+    const entry table[] = {
+        {"copy (D2D, read+write)", k_copy, 4.0},
+        {"amax", k_amax, 2.0},
+        {"delayed rowwise (amax+cast)", k_delayed_row, 3.0},
+        {"current rowwise", k_current_row, 5.0},
+        {"current row+col(T)", k_current_both, 6.0},
+        {"mxfp8 rowwise", k_mx_row, 3.0 + 1.0 / 32},
+        {"mxfp8 row+col fused", k_mx_both, 4.0 + 2.0 / 32},
+        {"block 1x128 rowwise", k_blk1d_row, 3.0 + 4.0 / 128},
+        {"block 1x128 row+col(T)", k_blk1d_both, 4.0 + 8.0 / 128},
+        {"block 128x128 row+col(T)", k_blk2d_both, 4.0},
+    };
+    printf("device: %s, %d SMs, L2 %d MiB; input %lldx%lld bf16 (%.1f MB), %d rotated sets\n",
+           prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)c.M,
+           (long long)c.K, n * 2 / 1e6, kRot);
+    printf("%-28s %10s %10s %10s %8s\n", "kernel", "MB moved", "median us", "GB/s", "of copy");
+    double copy_bw = 0.0;
+    for (const entry &e : table) {
+        double us = median_us(c, e.f), mb = e.bytes_per_elem * n / 1e6;
+        double bw = mb / us * 1e3; /* GB/s */
+        if (copy_bw == 0.0)
+            copy_bw = bw;
+        printf("%-28s %10.1f %10.1f %10.1f %7.1f%%\n", e.name, mb, us, bw, 100.0 * bw / copy_bw);
+    }
+    return 0;
+}

@@ -1,0 +1,179 @@
+/* qc_slots.cu: the `cast` and `quantize` slots of the CUDA plugin — they copy the host
+ * request to the device, launch the kernels of qc_kernels.h and copy every output tensor
+ * the kit allocated back, filling amax/global_enc/global_dec as the reference does.
+ * Requests the kernels do not implement (NVFP4, other formats or rounding modes) answer
+ * QS_ERR_UNSUPPORTED; CUDA failures answer QS_ERR_INTERNAL (the plugin never prints). */
+#include <float.h>
+#include <string.h>
+
+#include "qc_device.cuh"
+#include "qc_slots.h"
+
+namespace {
+
+/* A device allocation freed at scope exit. */
+struct dev_buf {
+    void *p = nullptr;
+    dev_buf() = default;
+    dev_buf(const dev_buf &) = delete;
+    dev_buf &operator=(const dev_buf &) = delete;
+    ~dev_buf()
+    {
+        if (p)
+            cudaFree(p);
+    }
+    cudaError_t alloc(size_t n) { return cudaMalloc(&p, n ? n : 1); }
+};
+
+int input_kind(qs_dtype dt)
+{
+    switch (dt) {
+    case QS_FP32:
+        return QC_IN_FP32;
+    case QS_BF16:
+        return QC_IN_BF16;
+    case QS_FP16:
+        return QC_IN_FP16;
+    default:
+        return -1;
+    }
+}
+
+/* Device copies of the kit's output tensors of one quantization. */
+struct dev_out {
+    dev_buf data[QS_DIR_COUNT], scale[QS_DIR_COUNT];
+
+    cudaError_t alloc(const qs_quantized *z)
+    {
+        cudaError_t err = cudaSuccess;
+        for (int d = 0; d < QS_DIR_COUNT && err == cudaSuccess; d++) {
+            if (!z->data[d].data)
+                continue;
+            err = data[d].alloc(z->data[d].nbytes);
+            if (err == cudaSuccess)
+                err = scale[d].alloc(z->scale[d].nbytes);
+        }
+        return err;
+    }
+    qc_copy copy(int d)
+    {
+        return qc_copy{static_cast<uint8_t *>(data[d].p), scale[d].p};
+    }
+    /* Copies data (and scales unless tensorwise) back into z. */
+    cudaError_t fetch(qs_quantized *z, int with_scales)
+    {
+        cudaError_t err = cudaDeviceSynchronize();
+        for (int d = 0; d < QS_DIR_COUNT && err == cudaSuccess; d++) {
+            if (!z->data[d].data)
+                continue;
+            err = cudaMemcpy(z->data[d].data, data[d].p, z->data[d].nbytes, cudaMemcpyDeviceToHost);
+            if (err == cudaSuccess && with_scales)
+                err = cudaMemcpy(z->scale[d].data, scale[d].p, z->scale[d].nbytes,
+                                 cudaMemcpyDeviceToHost);
+        }
+        return err;
+    }
+};
+
+/* [REC-CS-*] [REC-DS-QUANT]: amax on the device, codes with the scale, scale_inv = 1/scale. */
+cudaError_t run_tensorwise(const qs_quantize_args *a, const qc_input &in, qs_quantized *z)
+{
+    dev_out out;
+    dev_buf amax;
+    cudaError_t err = out.alloc(z);
+    if (err == cudaSuccess)
+        err = amax.alloc(sizeof(uint32_t));
+    if (err == cudaSuccess)
+        err = qc_amax(in, static_cast<uint32_t *>(amax.p));
+    int current = a->cfg->kind == QS_RECIPE_CURRENT;
+    qc_tw_params p = {z->elem == QS_E5M2, current, a->ds_scale, a->cfg->eps, a->cfg->pow2};
+    if (err == cudaSuccess)
+        err = qc_tensorwise(in, p, static_cast<const uint32_t *>(amax.p), out.copy(0).data,
+                            out.copy(1).data);
+    uint32_t amax_bits = 0;
+    if (err == cudaSuccess)
+        err = out.fetch(z, 0);
+    if (err == cudaSuccess)
+        err = cudaMemcpy(&amax_bits, amax.p, sizeof amax_bits, cudaMemcpyDeviceToHost);
+    float am = qc::from_bits(amax_bits);
+    float fmax = z->elem == QS_E5M2 ? 57344.0f : 448.0f;
+    float scale = current ? qc::scale_from_amax(am, fmax, p.eps, p.pow2, FLT_MAX) : a->ds_scale;
+    float scale_inv = qc::div_rn(1.0f, scale);
+    for (int d = 0; d < QS_DIR_COUNT && err == cudaSuccess; d++) {
+        if (!z->data[d].data)
+            continue;
+        memcpy(z->scale[d].data, &scale_inv, sizeof scale_inv);
+        z->amax[d] = am;
+        z->global_enc[d] = scale;
+        z->global_dec[d] = scale_inv;
+    }
+    return err;
+}
+
+/* [REC-BLK-INF]: the largest finite value of the input dtype. */
+float value_for_inf(qs_dtype dt)
+{
+    if (dt == QS_BF16)
+        return qc::from_bits(0x7F7F0000u);
+    return dt == QS_FP16 ? 65504.0f : FLT_MAX;
+}
+
+cudaError_t run_blocked(const qs_quantize_args *a, const qc_input &in, qs_quantized *z)
+{
+    dev_out out;
+    cudaError_t err = out.alloc(z);
+    int e5 = z->elem == QS_E5M2;
+    if (err == cudaSuccess && a->cfg->kind == QS_RECIPE_MXFP8) {
+        err = qc_mxfp8(in, e5, a->cfg->mx_rule == QS_MX_RULE_OCP, out.copy(0), out.copy(1));
+    } else if (err == cudaSuccess) {
+        qc_block_params p = {e5, a->cfg->eps, a->cfg->pow2, value_for_inf(a->x->dtype)};
+        err = a->cfg->tile_2d ? qc_block_2d(in, p, out.copy(0), out.copy(1))
+                              : qc_block_1d(in, p, out.copy(0), out.copy(1));
+    }
+    if (err == cudaSuccess)
+        err = out.fetch(z, 1);
+    return err;
+}
+
+} // namespace
+
+qs_status qc_slot_quantize(void *state, const qs_quantize_args *a)
+{
+    (void)state;
+    const qs_tensor *x = a->x;
+    qs_recipe_kind kind = a->cfg->kind;
+    int dt = input_kind(x->dtype);
+    if (dt < 0 || x->ndim != 2 || kind == QS_RECIPE_NVFP4 || kind >= QS_RECIPE_COUNT)
+        return QS_ERR_UNSUPPORTED;
+    if (a->out->elem != QS_E4M3 && a->out->elem != QS_E5M2)
+        return QS_ERR_UNSUPPORTED;
+    dev_buf xd;
+    cudaError_t err = xd.alloc(x->nbytes);
+    if (err == cudaSuccess)
+        err = cudaMemcpy(xd.p, x->data, x->nbytes, cudaMemcpyHostToDevice);
+    qc_input in = {xd.p, dt, x->shape[0], x->shape[1]};
+    if (err == cudaSuccess)
+        err = kind == QS_RECIPE_DELAYED || kind == QS_RECIPE_CURRENT ? run_tensorwise(a, in, a->out)
+                                                                      : run_blocked(a, in, a->out);
+    return err == cudaSuccess ? QS_OK : QS_ERR_INTERNAL;
+}
+
+qs_status qc_slot_cast(void *state, const qs_cast_args *a)
+{
+    (void)state;
+    if ((a->dtype != QS_E4M3 && a->dtype != QS_E5M2) || a->mode.round != QS_ROUND_RNE ||
+        a->mode.overflow != QS_OVF_SATFINITE)
+        return QS_ERR_UNSUPPORTED;
+    dev_buf in, out;
+    cudaError_t err = in.alloc(a->n * sizeof(float));
+    if (err == cudaSuccess)
+        err = out.alloc(a->n);
+    if (err == cudaSuccess)
+        err = cudaMemcpy(in.p, a->in, a->n * sizeof(float), cudaMemcpyHostToDevice);
+    if (err == cudaSuccess)
+        err = qc_cast_fp8(static_cast<const float *>(in.p), a->n, a->dtype == QS_E5M2,
+                          static_cast<uint8_t *>(out.p));
+    if (err == cudaSuccess)
+        err = cudaMemcpy(a->out, out.p, a->n, cudaMemcpyDeviceToHost);
+    return err == cudaSuccess ? QS_OK : QS_ERR_INTERNAL;
+}

@@ -1,0 +1,11 @@
+/* qc_slots.h: the kernel slots of the CUDA plugin's backend table (cuda/qc_slots.cu),
+ * with the signatures of include/qspec/backend.h. */
+#ifndef QC_SLOTS_H
+#define QC_SLOTS_H
+
+#include "qspec/backend.h"
+
+qs_status qc_slot_quantize(void *state, const qs_quantize_args *a);
+qs_status qc_slot_cast(void *state, const qs_cast_args *a);
+
+#endif
