@@ -8,9 +8,8 @@
 #include "qspec/qspec.h"
 
 static const qsk_command *const commands[] = {
-    &qsk_cmd_help, &qsk_cmd_version, &qsk_cmd_backends, &qsk_cmd_cast,
-    &qsk_cmd_run,  &qsk_cmd_list,    &qsk_cmd_show,     &qsk_cmd_coverage,
-    &qsk_cmd_quantize, &qsk_cmd_dequantize,
+    &qsk_cmd_help, &qsk_cmd_version, &qsk_cmd_backends, &qsk_cmd_cast,     &qsk_cmd_run,
+    &qsk_cmd_list, &qsk_cmd_show,    &qsk_cmd_coverage, &qsk_cmd_quantize, &qsk_cmd_dequantize,
 };
 
 int qsk_usage_error(const char *cmd, const char *fmt, ...)

@@ -14,8 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     qs_ctx *ctx = qs_ctx_new();
     qsk_case_file f;
-    qs_status st = qsk_case_file_parse(ctx, "fuzz.yaml", (const char *)data, size,
-                                       qsk_rule_defined, NULL, &f);
+    qs_status st =
+        qsk_case_file_parse(ctx, "fuzz.yaml", (const char *)data, size, qsk_rule_defined, NULL, &f);
     for (size_t i = 0; st == QS_OK && i < f.ncases; i++)
         st = qsk_case_check(ctx, &f.cases[i]);
     if (st != QS_OK && qs_ctx_errmsg(ctx)[0] == '\0')

@@ -32,7 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int argc = 0;
     args[argc++] = "qspec";
     char *save = NULL;
-    for (char *tok = strtok_r(buf, "\n", &save); tok && argc < 65; tok = strtok_r(NULL, "\n", &save))
+    for (char *tok = strtok_r(buf, "\n", &save); tok && argc < 65;
+         tok = strtok_r(NULL, "\n", &save))
         args[argc++] = tok;
     args[argc] = NULL;
     if (argc >= 2 && (strcmp(args[1], "help") == 0 || strcmp(args[1], "version") == 0 ||
