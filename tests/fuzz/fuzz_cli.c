@@ -1,6 +1,7 @@
 /* fuzz_cli.c: libFuzzer target for the CLI's argument parsing: the input, split at newlines,
  * is an argument vector for `qspec help`, `version` or `cast` (commands that write no
  * files); usage errors must exit through status 2, never crash. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
