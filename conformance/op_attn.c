@@ -331,18 +331,7 @@ static qs_status gdn_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs
     return st;
 }
 
-static qs_status attn_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
-                              const qs_tensor *inputs, qsk_results *out)
-{
-    (void)ctx;
-    (void)p;
-    (void)c;
-    (void)inputs;
-    (void)out;
-    return QS_ERR_UNSUPPORTED; /* ABI v1 has no attention slots yet */
-}
-
 const qsk_op qsk_op_sdpa = {"sdpa", "softmax attention (spec/attention.md)", sdpa_check, sdpa_ref,
-                            attn_backend};
+                            qsk_op_no_backend_slot};
 const qsk_op qsk_op_gdn = {"gdn", "Gated DeltaNet (spec/attention.md)", gdn_check, gdn_ref,
-                           attn_backend};
+                           qsk_op_no_backend_slot};

@@ -146,16 +146,5 @@ static qs_status gemm_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *input
     return st;
 }
 
-static qs_status gemm_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
-                              const qs_tensor *inputs, qsk_results *out)
-{
-    (void)ctx;
-    (void)p;
-    (void)c;
-    (void)inputs;
-    (void)out;
-    return QS_ERR_UNSUPPORTED; /* ABI v1 has no GEMM slot yet */
-}
-
 const qsk_op qsk_op_gemm = {"gemm", "TN GEMM with a named accumulation model (spec/gemm.md)",
-                            gemm_check, gemm_ref, gemm_backend};
+                            gemm_check, gemm_ref, qsk_op_no_backend_slot};

@@ -71,3 +71,14 @@ const qs_tensor *qsk_input_tensor(const qsk_case *c, const qs_tensor *inputs, co
     const qsk_input *in = qsk_case_input(c, name);
     return in ? &inputs[in - c->inputs] : NULL;
 }
+
+qs_status qsk_op_no_backend_slot(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
+                                 const qs_tensor *inputs, qsk_results *out)
+{
+    (void)ctx;
+    (void)p;
+    (void)c;
+    (void)inputs;
+    (void)out;
+    return QS_ERR_UNSUPPORTED;
+}

@@ -37,6 +37,10 @@ const qs_tensor *qsk_results_get(const qsk_results *r, const char *name);
 /* Appends a tensor (ownership moves to r). */
 qs_status qsk_results_add(qs_ctx *ctx, qsk_results *r, const char *name, qs_tensor *t);
 void qsk_results_free(qsk_results *r);
+/* The run_backend of an op whose kernels ABI v1 has no slot for yet: every plugin answers
+ * QS_ERR_UNSUPPORTED, so its cases are reported as not supported [CASE-BACKEND-UNSUPPORTED]. */
+qs_status qsk_op_no_backend_slot(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
+                                 const qs_tensor *inputs, qsk_results *out);
 /* The generated tensor of the case's input named name (inputs[] is in case order). */
 const qs_tensor *qsk_input_tensor(const qsk_case *c, const qs_tensor *inputs, const char *name);
 /* The list of ops, for `qspec show` and the docs. */
