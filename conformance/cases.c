@@ -9,6 +9,7 @@
 
 #include "cases.h"
 #include "fileio.h"
+#include "program.h"
 
 #define QSK_MAX_INPUT_ELEMS (INT64_C(1) << 26)
 
@@ -506,10 +507,23 @@ static qs_status load_named(loader *L, const qsk_ynode *n, const char *what, qsk
     return QS_OK;
 }
 
+/* The keys of op: program (conformance/program.c) [CASE-PROG]; other ops have none. */
+static qs_status load_program_keys(loader *L, const qsk_ynode *n, qsk_case *c)
+{
+    if (strcmp(c->op, "program") == 0)
+        return qskp_load(L->ctx, L->path, n, c, &c->program);
+    static const char *const keys[] = {"program", "variants", "expect_error"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (qsk_yaml_get(n, keys[i]))
+            return err_at(L, n, "'%s' belongs to op: program, not op: %s", keys[i], c->op);
+    return QS_OK;
+}
+
 static qs_status load_case(loader *L, const qsk_ynode *n, qsk_case *c)
 {
-    static const char *const keys[] = {"id",     "rules",   "op",          "params",
-                                       "inputs", "outputs", "description", NULL};
+    static const char *const keys[] = {"id",       "rules",        "op",          "params",
+                                       "inputs",   "outputs",      "description", "program",
+                                       "variants", "expect_error", NULL};
     qs_status st = want_kind(L, n, QSK_Y_MAP, "a case");
     if (st == QS_OK)
         st = only_keys(L, n, keys, "a case");
@@ -557,6 +571,8 @@ static qs_status load_case(loader *L, const qsk_ynode *n, qsk_case *c)
             strcpy(c->description, desc->text);
         }
     }
+    if (st == QS_OK)
+        st = load_program_keys(L, n, c);
     return st;
 }
 
@@ -651,6 +667,7 @@ static void case_free(qsk_case *c)
     free(c->inputs);
     free(c->outputs);
     free(c->description);
+    qskp_free(c->program);
 }
 
 void qsk_case_file_free(qsk_case_file *f)

@@ -67,6 +67,8 @@ typedef struct qsk_output {
     qsk_pos pos;
 } qsk_output;
 
+struct qskp_program; /* conformance/program.h: the program of op: program */
+
 typedef struct qsk_case {
     char id[QSK_ID_LEN];
     const char *file; /* borrowed from the suite */
@@ -82,6 +84,7 @@ typedef struct qsk_case {
     qsk_output *outputs;
     size_t noutputs;
     char *description;
+    struct qskp_program *program; /* op: program only [CASE-PROG] */
 } qsk_case;
 
 typedef struct qsk_case_file {

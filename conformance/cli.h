@@ -39,5 +39,8 @@ extern const qsk_command qsk_cmd_run;
 extern const qsk_command qsk_cmd_list;
 extern const qsk_command qsk_cmd_show;
 extern const qsk_command qsk_cmd_coverage;
+extern const qsk_command qsk_cmd_gen;
+extern const qsk_command qsk_cmd_verify;
+extern const qsk_command qsk_cmd_verify_package;
 
 #endif

@@ -21,6 +21,10 @@ static void print_caps(uint64_t caps)
         {QS_CAP_QUANT_BLOCK, "block"},
         {QS_CAP_QUANT_NVFP4, "nvfp4"},
         {QS_CAP_DEQUANT, "dequantize"},
+        {QS_CAP_GEMM_TENSOR, "gemm-tensor"},
+        {QS_CAP_GEMM_BLOCK, "gemm-block"},
+        {QS_CAP_GEMM_MX, "gemm-mx"},
+        {QS_CAP_GEMM_NVFP4, "gemm-nvfp4"},
     };
     int any = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -1,7 +1,8 @@
 /* cmd_run.c: `qspec run`, `qspec list`, `qspec show` and `qspec coverage` — running the
  * conformance suite on a backend, listing and showing cases, and the rule coverage table.
  * A run checks the reference's outputs against each case's golden digests, then compares
- * the backend's outputs with the reference's as each output says. */
+ * the backend's outputs with the reference's as each output says, and writes the reports
+ * (report.h) or, with --certify, a certification package (certify.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fnmatch.h>
@@ -10,43 +11,38 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "certify.h"
 #include "cli.h"
-#include "compare.h"
 #include "fileio.h"
-#include "ops.h"
 #include "plugin.h"
 #include "qspec/qspec.h"
+#include "report.h"
 #include "sha256.h"
-#include "suite.h"
 
-#define MAX_FAIL_LINES 3
-
-typedef enum { RES_PASS, RES_FAIL, RES_SKIP } res_kind;
-
-typedef struct case_result {
-    const qsk_case *c;
-    res_kind kind;
-    char message[512];
-    char *out; /* the case's failure lines, printed after it ran (malloc'd) */
-    size_t outlen;
-} case_result;
+typedef qsk_case_result case_result;
 
 typedef struct run_opts {
     const char *backend;
     const char *filter;
     const char *report_json;
     const char *junit;
+    const char *html;
+    const char *certify; /* the package directory of a certification run */
     int update_digests;
     int quiet;
     int jobs;
 } run_opts;
 
-static uint64_t case_seed(const qsk_case *c)
+static double now_seconds(void)
 {
-    return c->ninputs ? c->inputs[0].seed : 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void tensor_digest(const qs_tensor *t, char hex[65])
@@ -54,103 +50,11 @@ static void tensor_digest(const qs_tensor *t, char hex[65])
     qsk_sha256_hex(t->data, t->nbytes, hex);
 }
 
-/* Appends text to the case's output buffer (dropped when out of memory). */
-static void append_out(case_result *r, const char *text, size_t n)
-{
-    char *g = realloc(r->out, r->outlen + n + 1);
-    if (!g)
-        return;
-    memcpy(g + r->outlen, text, n);
-    r->outlen += n;
-    g[r->outlen] = '\0';
-    r->out = g;
-}
-
-/* Records one failure line in the case's output and the first as the case's message. */
-static void fail_line(case_result *r, int *lines, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fail_line(case_result *r, int *lines, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (r->kind != RES_FAIL)
-        snprintf(r->message, sizeof r->message, "%s", buf);
-    r->kind = RES_FAIL;
-    if ((*lines)++ < MAX_FAIL_LINES) {
-        char line[1024];
-        int k = snprintf(line, sizeof line, "FAIL %s seed=%llu %s [%s:%d]\n", r->c->id,
-                         (unsigned long long)case_seed(r->c), buf, r->c->file, r->c->pos.line);
-        append_out(r, line, k < (int)sizeof line ? (size_t)k : sizeof line - 1);
-    }
-}
-
-static void check_digests(const qsk_case *c, const qsk_results *ref, case_result *r, int *lines,
-                          int update)
-{
-    for (size_t i = 0; i < c->noutputs; i++) {
-        const qsk_output *o = &c->outputs[i];
-        const qs_tensor *t = qsk_results_get(ref, o->name);
-        char hex[65];
-        if (!t) {
-            fail_line(r, lines, "output=%s: the reference produced no such output", o->name);
-            continue;
-        }
-        tensor_digest(t, hex);
-        if (update)
-            continue;
-        if (!o->digest[0])
-            fail_line(r, lines,
-                      "output=%s: no golden digest (digest: pending); run with --update-digests",
-                      o->name);
-        else if (strcmp(hex, o->digest) != 0)
-            fail_line(
-                r, lines,
-                "output=%s: reference regression: digest sha256:%s differs from the golden digest",
-                o->name, hex);
-    }
-}
-
-static void compare_outputs(const qsk_case *c, const qsk_results *ref, const qsk_results *got,
-                            case_result *r, int *lines)
-{
-    for (size_t i = 0; i < c->noutputs; i++) {
-        const qsk_output *o = &c->outputs[i];
-        const qs_tensor *e = qsk_results_get(ref, o->name), *x = qsk_results_get(got, o->name);
-        if (!e)
-            continue;
-        if (!x) {
-            fail_line(r, lines, "output=%s: the backend produced no such output", o->name);
-            continue;
-        }
-        char bname[QSK_NAME_LEN + 8];
-        snprintf(bname, sizeof bname, "%s.bound", o->name);
-        qsk_cmp_result cr;
-        if (qsk_compare(o, e, x, qsk_results_get(ref, bname), &cr))
-            continue;
-        char buf[400];
-        if (cr.detail[0])
-            snprintf(buf, sizeof buf, "output=%s: %s", o->name, cr.detail);
-        else if (cr.mismatches == 0)
-            snprintf(buf, sizeof buf, "output=%s: metric %.9g outside the bound %.9g", o->name,
-                     cr.metric, o->p1);
-        else
-            snprintf(buf, sizeof buf,
-                     "output=%s index=%zu expected=%s observed=%s mismatches=%zu/%zu", o->name,
-                     cr.first, cr.expected, cr.observed, cr.mismatches, e->numel);
-        fail_line(r, lines, "%s", buf);
-    }
-}
-
 static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int update,
                      case_result *r, qsk_results *ref_keep)
 {
-    memset(r, 0, sizeof *r);
-    r->c = c;
-    r->kind = RES_PASS;
-    int lines = 0;
+    double t0 = now_seconds();
+    qsk_result_init(r, c);
     const qsk_op *op = qsk_op_find(c->op);
     qs_tensor inputs[16];
     size_t nin = 0;
@@ -161,156 +65,32 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
     if (st == QS_OK)
         st = op->run_ref(ctx, c, inputs, &ref);
     if (st != QS_OK) {
-        fail_line(r, &lines, "the reference failed: %s", qs_ctx_errmsg(ctx));
+        qsk_result_fail(r, "the reference failed: %s", qs_ctx_errmsg(ctx));
     } else {
-        check_digests(c, &ref, r, &lines, update);
+        qsk_check_digests(c, &ref, r, update);
         if (pl) {
+            qs_ctx_clear_error(ctx);
             st = op->run_backend(ctx, pl, c, inputs, &got);
             if (st == QS_ERR_UNSUPPORTED && got.n == 0) {
-                if (r->kind == RES_PASS) {
-                    r->kind = RES_SKIP;
-                    snprintf(r->message, sizeof r->message, "not supported by backend %s",
-                             pl->table->name);
+                if (r->kind == QSK_RES_PASS) { /* the op's reason, when it gave one */
+                    const char *why = qs_ctx_errmsg(ctx);
+                    r->kind = QSK_RES_SKIP;
+                    snprintf(r->message, sizeof r->message, "not supported by backend %s%s%s",
+                             pl->table->name, *why ? ": " : "", why);
                 }
             } else if (st != QS_OK) {
-                fail_line(r, &lines, "the backend failed: %s", qs_ctx_errmsg(ctx));
+                qsk_result_fail(r, "the backend failed: %s", qs_ctx_errmsg(ctx));
             } else {
-                compare_outputs(c, &ref, &got, r, &lines);
+                qsk_compare_outputs(c, &ref, &got, r);
             }
         }
     }
-    if (lines > MAX_FAIL_LINES) {
-        char more[256];
-        int k = snprintf(more, sizeof more, "FAIL %s: %d more failure lines not shown\n", c->id,
-                         lines - MAX_FAIL_LINES);
-        append_out(r, more, k < (int)sizeof more ? (size_t)k : sizeof more - 1);
-    }
+    qsk_result_finish(r);
     for (size_t i = 0; i < nin; i++)
         qs_tensor_free(&inputs[i]);
     qsk_results_free(&got);
     *ref_keep = ref;
-}
-
-static void json_string(FILE *fp, const char *s)
-{
-    fputc('"', fp);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(fp, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(fp, "\\u%04x", ch);
-        else
-            fputc(ch, fp);
-    }
-    fputc('"', fp);
-}
-
-static const char *res_name(res_kind k)
-{
-    return k == RES_PASS ? "pass" : k == RES_FAIL ? "fail" : "not_supported";
-}
-
-static int write_json(qs_ctx *ctx, const char *path, const char *backend, const case_result *rs,
-                      size_t n, const qsk_suite *s, size_t counts[3])
-{
-    qsk_atomic a;
-    if (qsk_atomic_open(ctx, &a, path) != QS_OK)
-        return -1;
-    FILE *fp = a.fp;
-    fprintf(fp, "{\n  \"kit\": \"qspec\",\n  \"version\": \"%s\",\n  \"abi\": %u,\n  \"backend\": ",
-            qs_version(), QS_BACKEND_ABI_VERSION);
-    json_string(fp, backend);
-    fprintf(fp,
-            ",\n  \"summary\": {\"passed\": %zu, \"failed\": %zu, \"skipped\": %zu, "
-            "\"load_errors\": %zu},\n  \"load_errors\": [",
-            counts[RES_PASS], counts[RES_FAIL], counts[RES_SKIP], s->nerrors);
-    for (size_t i = 0; i < s->nerrors; i++) {
-        fputs(i ? ", " : "", fp);
-        json_string(fp, s->errors[i]);
-    }
-    fputs("],\n  \"results\": [\n", fp);
-    for (size_t i = 0; i < n; i++) {
-        fputs("    {\"id\": ", fp);
-        json_string(fp, rs[i].c->id);
-        fputs(", \"file\": ", fp);
-        json_string(fp, rs[i].c->file);
-        fprintf(fp, ", \"line\": %d, \"status\": \"%s\", \"message\": ", rs[i].c->pos.line,
-                res_name(rs[i].kind));
-        json_string(fp, rs[i].message);
-        fputs(", \"rules\": [", fp);
-        for (size_t k = 0; k < rs[i].c->nrules; k++) {
-            fputs(k ? ", " : "", fp);
-            json_string(fp, rs[i].c->rules[k]);
-        }
-        fprintf(fp, "]}%s\n", i + 1 < n ? "," : "");
-    }
-    fputs("  ]\n}\n", fp);
-    return qsk_atomic_commit(ctx, &a) == QS_OK ? 0 : -1;
-}
-
-static void xml_text(FILE *fp, const char *s)
-{
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '<')
-            fputs("&lt;", fp);
-        else if (ch == '>')
-            fputs("&gt;", fp);
-        else if (ch == '&')
-            fputs("&amp;", fp);
-        else if (ch == '"')
-            fputs("&quot;", fp);
-        else if (ch < 0x20 && ch != '\n' && ch != '\t')
-            fputc(' ', fp);
-        else
-            fputc(ch, fp);
-    }
-}
-
-/* JUnit XML as CI dashboards read it: one testsuite, a testcase per case (classname: the
- * case file), a failure with the case's failure lines, or skipped when not supported. */
-static int write_junit(qs_ctx *ctx, const char *path, const char *backend, const case_result *rs,
-                       size_t n, const qsk_suite *s, size_t counts[3])
-{
-    qsk_atomic a;
-    if (qsk_atomic_open(ctx, &a, path) != QS_OK)
-        return -1;
-    FILE *fp = a.fp;
-    fprintf(fp, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n");
-    fprintf(fp, "<testsuite name=\"qspec ");
-    xml_text(fp, backend);
-    fprintf(fp, "\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" skipped=\"%zu\">\n", n,
-            counts[RES_FAIL], s->nerrors, counts[RES_SKIP]);
-    for (size_t i = 0; i < s->nerrors; i++) {
-        fputs("  <testcase classname=\"load\" name=\"load-error-", fp);
-        fprintf(fp, "%zu\"><error message=\"", i);
-        xml_text(fp, s->errors[i]);
-        fputs("\"/></testcase>\n", fp);
-    }
-    for (size_t i = 0; i < n; i++) {
-        fputs("  <testcase classname=\"", fp);
-        xml_text(fp, rs[i].c->file);
-        fputs("\" name=\"", fp);
-        xml_text(fp, rs[i].c->id);
-        if (rs[i].kind == RES_PASS) {
-            fputs("\"/>\n", fp);
-            continue;
-        }
-        fputs(rs[i].kind == RES_FAIL ? "\">\n    <failure message=\""
-                                     : "\">\n    <skipped message=\"",
-              fp);
-        xml_text(fp, rs[i].message);
-        if (rs[i].kind == RES_FAIL) {
-            fputs("\">", fp);
-            xml_text(fp, rs[i].out ? rs[i].out : "");
-            fputs("</failure>\n  </testcase>\n", fp);
-        } else {
-            fputs("\"/>\n  </testcase>\n", fp);
-        }
-    }
-    fputs("</testsuite>\n</testsuites>\n", fp);
-    return qsk_atomic_commit(ctx, &a) == QS_OK ? 0 : -1;
+    r->seconds = now_seconds() - t0;
 }
 
 /* Rewrites the digests of one file from the reference outputs, atomically. */
@@ -409,7 +189,8 @@ static int write_all(int fd, const void *buf, size_t len)
 }
 
 /* The worker of --jobs: runs cases w, w+jobs, ... on the reference and writes one record
- * per case to fd: index, kind, message length, output length, message, output. */
+ * per case to fd: index, kind, message length, output length, microseconds taken, message,
+ * output. (The reference alone compares nothing, so there are no histograms to pass.) */
 static void worker(qs_ctx *ctx, const qsk_case **sel, size_t n, int w, int jobs, int fd)
 {
     for (size_t j = (size_t)w; j < n; j += (size_t)jobs) {
@@ -417,12 +198,13 @@ static void worker(qs_ctx *ctx, const qsk_case **sel, size_t n, int w, int jobs,
         qsk_results ref;
         run_case(ctx, sel[j], NULL, 0, &r, &ref);
         qsk_results_free(&ref);
-        uint32_t head[4] = {(uint32_t)j, (uint32_t)r.kind, (uint32_t)strlen(r.message),
-                            (uint32_t)r.outlen};
+        double us = r.seconds * 1e6;
+        uint32_t head[5] = {(uint32_t)j, (uint32_t)r.kind, (uint32_t)strlen(r.message),
+                            (uint32_t)r.outlen, us < 4e9 ? (uint32_t)us : UINT32_MAX};
         if (write_all(fd, head, sizeof head) || write_all(fd, r.message, head[2]) ||
             write_all(fd, r.out ? r.out : "", head[3]))
             _exit(3);
-        free(r.out);
+        qsk_result_free(&r);
     }
     _exit(0);
 }
@@ -433,17 +215,18 @@ static int parse_records(const char *buf, size_t len, const qsk_case **sel, size
 {
     size_t at = 0;
     while (at < len) {
-        uint32_t head[4];
+        uint32_t head[5];
         if (len - at < sizeof head)
             return 1;
         memcpy(head, buf + at, sizeof head);
         at += sizeof head;
-        if (head[0] >= n || head[1] > RES_SKIP || head[2] >= sizeof rs->message ||
+        if (head[0] >= n || head[1] > QSK_RES_SKIP || head[2] >= sizeof rs->message ||
             len - at < (size_t)head[2] + head[3])
             return 1;
         case_result *r = &rs[head[0]];
-        r->c = sel[head[0]];
-        r->kind = (res_kind)head[1];
+        qsk_result_init(r, sel[head[0]]);
+        r->kind = (qsk_res_kind)head[1];
+        r->seconds = head[4] * 1e-6;
         memcpy(r->message, buf + at, head[2]);
         r->message[head[2]] = '\0';
         at += head[2];
@@ -563,50 +346,127 @@ static int run_parallel(qs_ctx *ctx, const qsk_case **sel, size_t n, int jobs, c
     return failed;
 }
 
-static int do_run(const run_opts *o, int npaths, char **paths)
+/* Loads the backend named by --backend (none for the reference); returns an exit status
+ * after printing the usage error, or 0. */
+static int load_backend(qs_ctx *ctx, const char *name, qsk_plugin *plugin, qsk_plugin **pl)
 {
-    qs_ctx *ctx = qs_ctx_new();
-    if (!ctx)
-        return qsk_usage_error("run", "out of memory");
-    qsk_plugin plugin, *pl = NULL;
-    if (strcmp(o->backend, "ref") != 0) {
-        char *path;
-        if (qsk_plugin_resolve(ctx, o->backend, &path) != QS_OK ||
-            qsk_plugin_load(ctx, path, &plugin) != QS_OK) {
-            int rc = qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
-            qs_ctx_free(ctx);
-            return rc;
-        }
-        free(path);
-        if (!plugin.usable) {
-            int rc = qsk_usage_error("run", "backend %s is not usable: %s", o->backend, plugin.why);
-            qsk_plugin_unload(&plugin);
-            qs_ctx_free(ctx);
-            return rc;
-        }
-        pl = &plugin;
-    }
-    qsk_suite s;
-    if (qsk_suite_load(ctx, npaths, paths, &s) != QS_OK) {
-        int rc = qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
-        if (pl)
-            qsk_plugin_unload(pl);
-        qs_ctx_free(ctx);
+    *pl = NULL;
+    if (strcmp(name, "ref") == 0)
+        return 0;
+    char *path;
+    if (qsk_plugin_resolve(ctx, name, &path) != QS_OK ||
+        qsk_plugin_load(ctx, path, plugin) != QS_OK)
+        return qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
+    free(path);
+    if (!plugin->usable) {
+        int rc = qsk_usage_error("run", "backend %s is not usable: %s", name, plugin->why);
+        qsk_plugin_unload(plugin);
         return rc;
     }
-    for (size_t i = 0; i < s.nerrors; i++)
-        fprintf(stderr, "%s\n", s.errors[i]);
+    *pl = plugin;
+    return 0;
+}
+
+/* The state of a certification run: the suite folder, its must-pass list, the package. */
+typedef struct certify_run {
+    const char *suite_dir;
+    qsk_mustpass list;
+    qsk_outdir out;
+} certify_run;
+
+/* Prepares a certification run before the backend is loaded: the suite folder and its
+ * must-pass list. Returns an exit status after a usage error, or 0. */
+static int certify_prepare(qs_ctx *ctx, int npaths, char **paths, certify_run *cr)
+{
+    memset(cr, 0, sizeof *cr);
+    cr->suite_dir = npaths ? paths[0] : qsk_default_case_dir();
+    struct stat sb;
+    if (stat(cr->suite_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qsk_usage_error("run", "--certify runs a whole suite folder: '%s' is not a folder",
+                               cr->suite_dir);
+    if (qsk_mustpass_load(ctx, cr->suite_dir, &cr->list) != QS_OK)
+        return qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
+    return 0;
+}
+
+/* Checks the loaded suite against the list and opens the package directory. */
+static int certify_open(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, certify_run *cr)
+{
+    if (s->nerrors)
+        return QSK_EXIT_USAGE; /* the load errors are printed; a suite must load whole */
+    if (qsk_mustpass_check(ctx, &cr->list, s) != QS_OK ||
+        qsk_outdir_open(ctx, &cr->out, o->certify) != QS_OK)
+        return qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
+    return 0;
+}
+
+static int picked(const run_opts *o, const certify_run *cr, const qsk_case *c)
+{
+    return o->certify ? qsk_mustpass_match(&cr->list, c->id) : selected(c, o->filter);
+}
+
+static int write_report(qs_ctx *ctx, const char *path, void (*writer)(FILE *, const qsk_report *),
+                        const qsk_report *rep)
+{
+    qsk_atomic a;
+    if (qsk_atomic_open(ctx, &a, path) != QS_OK)
+        return -1;
+    writer(a.fp, rep);
+    if (qsk_atomic_commit(ctx, &a) != QS_OK)
+        return -1;
+    return 0;
+}
+
+/* Writes the reports asked for; returns nonzero after an I/O error (already printed). */
+static int write_reports(qs_ctx *ctx, const run_opts *o, const qsk_report *rep)
+{
+    const char *paths[3] = {o->junit, o->report_json, o->html};
+    void (*writers[3])(FILE *, const qsk_report *) = {qsk_report_junit, qsk_report_json,
+                                                      qsk_report_html};
+    int failed = 0;
+    for (int i = 0; i < 3; i++)
+        if (paths[i] && write_report(ctx, paths[i], writers[i], rep) != 0) {
+            fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
+            failed = 1;
+        }
+    return failed;
+}
+
+/* Writes and commits the certification package; returns nonzero after an error. */
+static int certify_finish(qs_ctx *ctx, const run_opts *o, certify_run *cr, const qsk_report *rep,
+                          const qsk_plugin *pl)
+{
+    qsk_certify_info ci = {cr->suite_dir, &cr->list, pl ? pl->path : NULL};
+    if (qsk_certify_write(ctx, &cr->out, rep, &ci) != QS_OK ||
+        qsk_outdir_commit(ctx, &cr->out) != QS_OK) {
+        fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
+        qsk_outdir_abort(&cr->out);
+        return 1;
+    }
+    if (qsk_certify_ok(rep))
+        printf("certification package %s: every must-pass case passed or is not supported\n",
+               o->certify);
+    else
+        printf("certification package %s: NOT certified: %s\n", o->certify,
+               rep->counts[QSK_RES_FAIL] ? "must-pass cases failed" : "no must-pass case passed");
+    return 0;
+}
+
+/* Selects, runs and reports the cases of a loaded suite; returns the exit status. */
+static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const qsk_plugin *pl,
+                      certify_run *cr, qsk_report *rep)
+{
     size_t total = 0;
-    for (size_t i = 0; i < s.nfiles; i++)
-        total += s.files[i].ncases;
+    for (size_t i = 0; i < s->nfiles; i++)
+        total += s->files[i].ncases;
     case_result *rs = calloc(total + 1, sizeof *rs);
     const qsk_case **sel = calloc(total + 1, sizeof *sel);
-    size_t n = 0, counts[3] = {0, 0, 0};
+    size_t n = 0;
     int io_failed = rs == NULL || sel == NULL;
-    for (size_t i = 0; !io_failed && i < s.nfiles; i++)
-        for (size_t k = 0; k < s.files[i].ncases; k++)
-            if (selected(&s.files[i].cases[k], o->filter))
-                sel[n++] = &s.files[i].cases[k];
+    for (size_t i = 0; !io_failed && i < s->nfiles; i++)
+        for (size_t k = 0; k < s->files[i].ncases; k++)
+            if (picked(o, cr, &s->files[i].cases[k]))
+                sel[n++] = &s->files[i].cases[k];
     if (!io_failed && o->jobs > 1) {
         if (run_parallel(ctx, sel, n, o->jobs, rs) != 0) {
             fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
@@ -616,30 +476,79 @@ static int do_run(const run_opts *o, int npaths, char **paths)
             if (rs[j].out)
                 fputs(rs[j].out, stdout);
     } else if (!io_failed) {
-        io_failed = run_sequential(ctx, o, &s, sel, n, pl, rs);
+        io_failed = run_sequential(ctx, o, s, sel, n, pl, rs);
     }
     for (size_t j = 0; !io_failed && j < n; j++)
-        counts[rs[j].kind]++;
-    if (rs && !io_failed && o->junit && write_junit(ctx, o->junit, o->backend, rs, n, &s, counts)) {
-        fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
-        io_failed = 1;
-    }
-    if (rs && o->report_json && write_json(ctx, o->report_json, o->backend, rs, n, &s, counts)) {
-        fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
-        io_failed = 1;
-    }
-    if (s.nerrors)
-        printf("%zu case file%s could not be loaded (see above)\n", s.nerrors,
-               s.nerrors == 1 ? "" : "s");
-    printf("%zu passed, %zu failed, %zu skipped\n", counts[RES_PASS], counts[RES_FAIL],
-           counts[RES_SKIP]);
-    int rc = (s.nerrors || io_failed) ? QSK_EXIT_USAGE
-             : counts[RES_FAIL]       ? QSK_EXIT_FAIL
-                                      : QSK_EXIT_OK;
+        rep->counts[rs[j].kind]++;
+    rep->rs = rs;
+    rep->n = n;
+    if (!io_failed)
+        io_failed = write_reports(ctx, o, rep);
+    if (!io_failed && o->certify)
+        io_failed = certify_finish(ctx, o, cr, rep, pl);
+    if (s->nerrors)
+        printf("%zu case file%s could not be loaded (see above)\n", s->nerrors,
+               s->nerrors == 1 ? "" : "s");
+    printf("%zu passed, %zu failed, %zu skipped\n", rep->counts[QSK_RES_PASS],
+           rep->counts[QSK_RES_FAIL], rep->counts[QSK_RES_SKIP]);
+    int rc = (s->nerrors || io_failed)            ? QSK_EXIT_USAGE
+             : o->certify && !qsk_certify_ok(rep) ? QSK_EXIT_FAIL
+             : rep->counts[QSK_RES_FAIL]          ? QSK_EXIT_FAIL
+                                                  : QSK_EXIT_OK;
     for (size_t j = 0; rs && j < n; j++)
-        free(rs[j].out);
+        qsk_result_free(&rs[j]);
     free(rs);
     free(sel);
+    return rc;
+}
+
+static int do_run(const run_opts *o, int npaths, char **paths)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    if (!ctx)
+        return qsk_usage_error("run", "out of memory");
+    qsk_report rep;
+    memset(&rep, 0, sizeof rep);
+    qsk_report_date(rep.date);
+    certify_run cr;
+    memset(&cr, 0, sizeof cr);
+    char *suite_arg[1] = {NULL};
+    int rc = o->certify ? certify_prepare(ctx, npaths, paths, &cr) : 0;
+    qsk_plugin plugin, *pl = NULL;
+    if (rc == 0)
+        rc = load_backend(ctx, o->backend, &plugin, &pl);
+    qsk_suite s;
+    memset(&s, 0, sizeof s);
+    if (rc == 0 && o->certify) {
+        suite_arg[0] = qsk_strdup(cr.suite_dir);
+        if (!suite_arg[0])
+            rc = qsk_usage_error("run", "out of memory");
+        npaths = 1;
+        paths = suite_arg;
+    }
+    if (rc == 0 && qsk_suite_load(ctx, npaths, paths, &s) != QS_OK)
+        rc = qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
+    for (size_t i = 0; rc == 0 && i < s.nerrors; i++)
+        fprintf(stderr, "%s\n", s.errors[i]);
+    if (rc == 0 && o->certify)
+        rc = certify_open(ctx, o, &s, &cr);
+    if (rc == 0) {
+        rep.backend = o->backend;
+        rep.backend_name = pl ? pl->table->name : "ref";
+        rep.backend_version = pl ? (pl->table->version ? pl->table->version : "") : qs_version();
+        rep.device = "host CPU (the reference)";
+        if (pl)
+            rep.device = pl->table->device && pl->table->device(pl->state)
+                             ? pl->table->device(pl->state)
+                             : "unknown";
+        rep.suite = &s;
+        if (o->certify)
+            rep.title = "qspec certification report";
+        rc = run_loaded(ctx, o, &s, pl, &cr, &rep);
+    }
+    free(suite_arg[0]);
+    qsk_outdir_abort(&cr.out);
+    qsk_mustpass_free(&cr.list);
     qsk_suite_free(&s);
     if (pl)
         qsk_plugin_unload(pl);
@@ -647,9 +556,28 @@ static int do_run(const run_opts *o, int npaths, char **paths)
     return rc;
 }
 
+/* A certification run allows no option that changes what runs or how it is judged. */
+static int certify_check_opts(const run_opts *o, int npaths)
+{
+    const char *bad = o->filter           ? "--filter"
+                      : o->update_digests ? "--update-digests"
+                      : o->report_json    ? "--report-json"
+                      : o->junit          ? "--junit"
+                      : o->html           ? "--html"
+                                          : NULL;
+    if (bad)
+        return qsk_usage_error("run",
+                               "--certify runs the fixed must-pass list and writes its own "
+                               "reports: %s is not allowed with it",
+                               bad);
+    if (npaths > 1)
+        return qsk_usage_error("run", "--certify takes one suite folder, got %d paths", npaths);
+    return 0;
+}
+
 static int run_run(int argc, char **argv)
 {
-    run_opts o = {"ref", NULL, NULL, NULL, 0, 0, 1};
+    run_opts o = {"ref", NULL, NULL, NULL, NULL, NULL, 0, 0, 1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -667,6 +595,8 @@ static int run_run(int argc, char **argv)
                             : strcmp(a, "--filter") == 0      ? &o.filter
                             : strcmp(a, "--report-json") == 0 ? &o.report_json
                             : strcmp(a, "--junit") == 0       ? &o.junit
+                            : strcmp(a, "--html") == 0        ? &o.html
+                            : strcmp(a, "--certify") == 0     ? &o.certify
                                                               : NULL;
         if (slot) {
             if (i + 1 >= argc)
@@ -688,6 +618,11 @@ static int run_run(int argc, char **argv)
             return qsk_usage_error("run", "unknown option '%s'", a);
         }
     }
+    if (o.certify) {
+        int rc = certify_check_opts(&o, argc - i);
+        if (rc)
+            return rc;
+    }
     if (o.jobs > 1 && (o.update_digests || strcmp(o.backend, "ref") != 0))
         return qsk_usage_error("run", "--jobs runs the reference backend in worker processes: it "
                                       "does not combine with --backend or --update-digests");
@@ -699,9 +634,10 @@ static int run_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_run = {
     "run", "run conformance cases on a backend and report",
-    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE] [--junit "
-    "FILE]\n"
-    "                 [--jobs N] [--update-digests] [--quiet] [CASES...]\n\n"
+    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE]\n"
+    "                 [--junit FILE] [--html FILE] [--jobs N] [--update-digests] [--quiet]\n"
+    "                 [CASES...]\n"
+    "       qspec run --certify PKGDIR [--backend B] [--jobs N] [--quiet] [SUITE-DIR]\n\n"
     "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
     "the installed suite, or the folder QSPEC_CASES names). For every case the reference\n"
     "computes the outputs and checks them against the case's golden SHA-256 digests (a\n"
@@ -712,14 +648,23 @@ const qsk_command qsk_cmd_run = {
     "  --filter GLOB      run only the cases whose id matches GLOB\n"
     "  --report-json F    write the results as JSON to F\n"
     "  --junit F          write the results as JUnit XML to F\n"
+    "  --html F           write a self-contained HTML report to F, with an error histogram\n"
+    "                     for every output that failed its comparison\n"
     "  --jobs N, -j N     run the reference on N worker processes (the report is the same)\n"
     "  --update-digests   rewrite the cases' golden digests from the reference (ref only)\n"
-    "  --quiet            no progress line\n\n"
+    "  --quiet            no progress line\n"
+    "  --certify PKGDIR   a certification run: the cases of the suite's must-pass list\n"
+    "                     (SUITE-DIR/certify.list; SUITE-DIR defaults to the installed\n"
+    "                     suite), with no --filter, --update-digests or report options;\n"
+    "                     writes the package PKGDIR (a new directory): manifest.json,\n"
+    "                     manifest.sha256, results.json, junit.xml, report.html. Check it\n"
+    "                     with 'qspec verify-package PKGDIR'.\n\n"
     "Each failure prints one line: FAIL, the case id, the seed, the output, the first\n"
     "mismatching index, expected and observed in hex and decimal, the mismatch count and\n"
     "the case's file:line; at most 3 lines per case. The last line is\n"
-    "'N passed, N failed, N skipped'. Exit status: 0 all passed, 1 some failed, 2 bad usage\n"
-    "or a case file that could not be loaded (the other files still run).\n",
+    "'N passed, N failed, N skipped'. Exit status: 0 all passed, 1 some failed (under\n"
+    "--certify: the backend is not certified), 2 bad usage or a case file that could not\n"
+    "be loaded (the other files still run; a certification run stops).\n",
     run_run};
 
 /* Loads the suite for list/show/coverage; prints load errors; returns 2 on any. */
@@ -779,31 +724,6 @@ static const char *gen_text(const qsk_input *in, char *buf, size_t cap)
     return buf;
 }
 
-static const char *cmp_text(const qsk_output *o, char *buf, size_t cap)
-{
-    switch (o->cmp) {
-    case QSK_CMP_BITWISE:
-        snprintf(buf, cap, "bitwise (nan: %s)", o->nan_any ? "any" : "canonical");
-        break;
-    case QSK_CMP_ULP:
-        snprintf(buf, cap, "ulp %g", o->p1);
-        break;
-    case QSK_CMP_ALLCLOSE:
-        snprintf(buf, cap, "allclose atol %g rtol %g", o->p1, o->p2);
-        break;
-    case QSK_CMP_GEMM_BOUND:
-        snprintf(buf, cap, "gemm_bound %g", o->p1);
-        break;
-    case QSK_CMP_RMS_RATIO:
-        snprintf(buf, cap, "rms_ratio %g", o->p1);
-        break;
-    default:
-        snprintf(buf, cap, "cosine %g", o->p1);
-        break;
-    }
-    return buf;
-}
-
 static void show_case(const qsk_case *c)
 {
     char buf[160];
@@ -830,7 +750,8 @@ static void show_case(const qsk_case *c)
     printf("outputs:\n");
     for (size_t i = 0; i < c->noutputs; i++)
         printf("  %s: %s, digest %s%s\n", c->outputs[i].name,
-               cmp_text(&c->outputs[i], buf, sizeof buf), c->outputs[i].digest[0] ? "sha256:" : "",
+               qsk_cmp_text(&c->outputs[i], buf, sizeof buf),
+               c->outputs[i].digest[0] ? "sha256:" : "",
                c->outputs[i].digest[0] ? c->outputs[i].digest : "pending");
 }
 

@@ -7,10 +7,15 @@
 #include "cli.h"
 #include "qspec/qspec.h"
 
+/* Appended to a line at a time; kept out of clang-format so that an addition does not
+ * reflow the lines above it. */
+/* clang-format off */
 static const qsk_command *const commands[] = {
     &qsk_cmd_help, &qsk_cmd_version, &qsk_cmd_backends, &qsk_cmd_cast,     &qsk_cmd_run,
     &qsk_cmd_list, &qsk_cmd_show,    &qsk_cmd_coverage, &qsk_cmd_quantize, &qsk_cmd_dequantize,
+    &qsk_cmd_gen,  &qsk_cmd_verify,  &qsk_cmd_verify_package,
 };
+/* clang-format on */
 
 int qsk_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -48,7 +53,7 @@ static void print_overview(FILE *fp)
                 "semantics and a conformance kit that checks backends against it.\n\n"
                 "Commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(fp, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
+        fprintf(fp, "  %-15s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(fp, "\nRun 'qspec help COMMAND' for a command's options. Exit status: 0 success,\n"
                 "1 a check failed, 2 bad usage or input.\n");
 }

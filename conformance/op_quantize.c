@@ -5,7 +5,8 @@
  * quantizes x[s] with the current state, then runs the explicit update.
  * outputs: row_data, row_scale, col_data, col_scale (the copies produced), amax and
  * scale_inv (tensorwise), global_scale (nvfp4); for sequences also scales (the scale used
- * at each step) and history (the final amax history). */
+ * at each step) and history (the final amax history); row_dequant and col_dequant, the
+ * dequantization of each copy (a plugin's through its dequantize slot, of its own codes). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,61 @@
 #include "ops.h"
 #include "qspec/recipe.h"
 
-static const char *const produced[] = {"row_data",  "row_scale", "col_data", "col_scale",    "amax",
-                                       "scale_inv", "scales",    "history",  "global_scale", NULL};
+static const char *const produced[] = {"row_data",     "row_scale",   "col_data",    "col_scale",
+                                       "amax",         "scale_inv",   "scales",      "history",
+                                       "global_scale", "row_dequant", "col_dequant", NULL};
+static const char *const dequant_names[QS_DIR_COUNT] = {"row_dequant", "col_dequant"};
+
+/* Whether the case compares output name. */
+static int wants_output(const qsk_case *c, const char *name)
+{
+    for (size_t i = 0; i < c->noutputs; i++)
+        if (strcmp(c->outputs[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* [REC-DEQ-SHAPE] The dequantizations of z the case asks for, into y[dir] (dtype INVALID
+ * where not asked for), by the reference or, when p is given, by p's dequantize slot. */
+static qs_status dequantize_wanted(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *p,
+                                   const qs_quantized *z, qs_tensor y[QS_DIR_COUNT])
+{
+    qs_status st = QS_OK;
+    for (int d = 0; d < QS_DIR_COUNT && st == QS_OK; d++) {
+        if (!wants_output(c, dequant_names[d]) || !z->data[d].data)
+            continue;
+        if (!p) {
+            st = qs_dequantize(ctx, z, (qs_direction)d, &y[d]);
+            continue;
+        }
+        int64_t shape[2] = {z->rows, z->cols};
+        st = qs_tensor_alloc(ctx, &y[d], QS_FP32, 2, shape);
+        if (st != QS_OK)
+            break;
+        qs_dequantize_args args = {z, (qs_direction)d, &y[d]};
+        st = p->table->dequantize(p->state, &args);
+        if (st != QS_OK && st != QS_ERR_UNSUPPORTED)
+            st = qs_ctx_error(ctx, st, "backend %s: dequantize failed: %s", p->table->name,
+                              qs_status_str(st));
+    }
+    if (st != QS_OK)
+        for (int d = 0; d < QS_DIR_COUNT; d++)
+            qs_tensor_free(&y[d]);
+    return st;
+}
+
+/* Moves the dequantizations into out when st is QS_OK (else frees them); returns st. */
+static qs_status add_dequantized(qs_ctx *ctx, qsk_results *out, qs_tensor y[QS_DIR_COUNT],
+                                 qs_status st)
+{
+    for (int d = 0; d < QS_DIR_COUNT; d++) {
+        if (st == QS_OK && y[d].data)
+            st = qsk_results_add(ctx, out, dequant_names[d], &y[d]);
+        else
+            qs_tensor_free(&y[d]);
+    }
+    return st;
+}
 
 /* Builds the configuration from the case's params; errors carry the param's position. */
 static qs_status config_from(qs_ctx *ctx, const qsk_case *c, qs_recipe_config *cfg)
@@ -151,8 +205,13 @@ static qs_status quantize_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *i
     }
     if (!scales && st == QS_OK)
         st = qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    qs_tensor y[QS_DIR_COUNT];
+    memset(y, 0, sizeof y);
+    if (st == QS_OK)
+        st = dequantize_wanted(ctx, c, NULL, &z, y); /* [REC-DEQ-*] */
     if (st == QS_OK)
         st = add_quantized(ctx, out, &z);
+    st = add_dequantized(ctx, out, y, st);
     if (st == QS_OK && x->ndim == 3) {
         st = add_f32(ctx, out, "scales", scales, steps);
         if (st == QS_OK)
@@ -210,6 +269,9 @@ static qs_status quantize_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_ca
         return st;
     if (!(p->table->caps & cap_of(cfg.kind)) || !p->table->quantize)
         return QS_ERR_UNSUPPORTED;
+    if ((wants_output(c, dequant_names[0]) || wants_output(c, dequant_names[1])) &&
+        (!(p->table->caps & QS_CAP_DEQUANT) || !p->table->dequantize))
+        return QS_ERR_UNSUPPORTED;
     qs_quantizer q;
     st = qs_quantizer_init(ctx, &q, &cfg);
     if (st != QS_OK)
@@ -248,8 +310,13 @@ static qs_status quantize_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_ca
         if (x->ndim == 3 && in == &xs)
             qs_tensor_free(&xs);
     }
+    qs_tensor y[QS_DIR_COUNT];
+    memset(y, 0, sizeof y);
+    if (st == QS_OK) /* before z moves into out, so that UNSUPPORTED leaves out empty */
+        st = dequantize_wanted(ctx, c, p, &z, y);
     if (st == QS_OK)
         st = add_quantized(ctx, out, &z);
+    st = add_dequantized(ctx, out, y, st);
     if (st == QS_OK && x->ndim == 3) {
         st = add_f32(ctx, out, "scales", scales, steps);
         if (st == QS_OK)

@@ -10,9 +10,10 @@ extern const qsk_op qsk_op_gemm;
 extern const qsk_op qsk_op_quantize;
 extern const qsk_op qsk_op_sdpa;
 extern const qsk_op qsk_op_gdn;
+extern const qsk_op qsk_op_program;
 
 static const qsk_op *const op_table[] = {
-    &qsk_op_cast, &qsk_op_gemm, &qsk_op_quantize, &qsk_op_sdpa, &qsk_op_gdn,
+    &qsk_op_cast, &qsk_op_gemm, &qsk_op_quantize, &qsk_op_sdpa, &qsk_op_gdn, &qsk_op_program,
 };
 
 const qsk_op *const *qsk_ops(size_t *n)

@@ -1,6 +1,9 @@
 /* plugin.c: resolving, loading and checking backend plugins.
  * A plugin is accepted only if it exports QS_BACKEND_ENTRY_NAME, that entry returns a
- * table for ABI QS_BACKEND_ABI_VERSION, and the table says the same version. */
+ * table for ABI QS_BACKEND_ABI_VERSION, and the table says the same version. The kit works
+ * on a copy of the table of sizeof(qs_backend) bytes, zero beyond the plugin's struct_size,
+ * so a slot appended after the plugin was built reads as NULL and is never read past the
+ * end of the plugin's own table. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <dlfcn.h>
@@ -120,14 +123,21 @@ qs_status qsk_plugin_load(qs_ctx *ctx, const char *path, qsk_plugin *p)
         qsk_plugin_unload(p);
         return st;
     }
-    if (t->struct_size < sizeof(qs_backend) || !t->name || !t->open || !t->close) {
+    if (t->struct_size < QS_BACKEND_V1_MIN_SIZE || !t->name || !t->open || !t->close) {
         qs_status st = qs_ctx_error(ctx, QS_ERR_ABI,
                                     "backend %s: table is incomplete (size %u, name, open, close)",
                                     path, t->struct_size);
         qsk_plugin_unload(p);
         return st;
     }
-    p->table = t;
+    qs_backend *copy = calloc(1, sizeof *copy);
+    if (!copy) {
+        qsk_plugin_unload(p);
+        return qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    }
+    memcpy(copy, t, t->struct_size < sizeof *copy ? t->struct_size : sizeof *copy);
+    p->table = copy;
+    p->table_mem = copy;
     qs_status st = t->open(&p->state, p->why, sizeof p->why);
     if (st == QS_OK) {
         p->usable = 1;
@@ -145,6 +155,7 @@ void qsk_plugin_unload(qsk_plugin *p)
         p->table->close(p->state);
     if (p->handle)
         dlclose(p->handle);
+    free(p->table_mem);
     free(p->path);
     memset(p, 0, sizeof *p);
 }

@@ -10,7 +10,9 @@
 typedef struct qsk_plugin {
     char *path;              /* the file loaded; NULL for the built-in reference */
     void *handle;            /* dlopen handle */
-    const qs_backend *table; /* the plugin's table */
+    const qs_backend *table; /* the plugin's table, copied: a slot the plugin's struct_size
+                                does not cover is NULL (QS_BACKEND_HAS_SLOT) */
+    void *table_mem;         /* the allocation holding that copy */
     void *state;             /* from table->open, NULL if not open */
     int usable;              /* opened successfully */
     char why[256];           /* when not usable: the reason */
@@ -19,7 +21,9 @@ typedef struct qsk_plugin {
 /* Resolves a backend name to the path of its shared object (malloc'd); QS_ERR_IO if no
  * file is found, with the places searched in the message. */
 qs_status qsk_plugin_resolve(qs_ctx *ctx, const char *name, char **path);
-/* Loads the plugin at path, checks its entry point and ABI version, then opens it. A
+/* Loads the plugin at path, checks its entry point, ABI version and table size (at least
+ * QS_BACKEND_V1_MIN_SIZE: a table built before a slot was appended still loads, without
+ * that slot), then opens it. A
  * plugin that loads but cannot open (no GPU) returns QS_OK with usable = 0 and why set;
  * a missing file, a missing entry point or a wrong ABI returns QS_ERR_IO / QS_ERR_ABI. */
 qs_status qsk_plugin_load(qs_ctx *ctx, const char *path, qsk_plugin *p);

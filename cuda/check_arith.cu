@@ -2,11 +2,14 @@
  * (cuda/qc_device.cuh: FP8 encoders, tensorwise/block scale, MXFP8 scale rules and
  * multipliers) against the reference library on sampled and special FP32 inputs. Needs no
  * GPU, so CI runs it; it links libqspec (the plugin itself never does). Prints each
- * mismatch in hex; exit status 0 when everything agrees. Argument: the sample stride. */
+ * mismatch in hex; exit status 0 when everything agrees. Argument: the sample stride.
+ * The format encoder/decoder and dequantization checks are in cuda/check_format.cuh. */
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check_format.cuh"
+#include "check_nvfp4.cuh"
 #include "qc_device.cuh"
 #include "qspec/recipe.h"
 
@@ -135,6 +138,9 @@ int main(int argc, char **argv)
     check_encoders(stride);
     check_scales(stride * 4 + 1);
     check_mx(stride * 16 + 1);
+    g_bad += qc_check_formats(); /* cuda/check_format.cuh: cast, decode, dequantize */
+    /* cuda/check_nvfp4.cuh: the NVFP4 quantizers */
+    g_bad += qc_check_nvfp4(stride);
     printf("check_arith: stride %llu, %ld mismatches\n", (unsigned long long)stride, g_bad);
     return g_bad == 0 ? 0 : 1;
 }

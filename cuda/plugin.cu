@@ -1,7 +1,8 @@
 /* plugin.cu: the CUDA backend plugin's entry point and device probe.
  * Built as libqspec-cuda.so against include/qspec/backend.h only. open() fails with a
  * clear reason when no CUDA device (or driver) is present. The table claims cast and the
- * delayed, current, mxfp8 and block quantizers (cuda/qc_slots.cu); nvfp4 is not claimed. */
+ * delayed, current, mxfp8, block and nvfp4 quantizers (cuda/qc_slots.cu).
+ * dequantize (cuda/qc_dequant.cu) takes every recipe. */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
@@ -50,6 +51,7 @@ qs_status cuda_open(void **state, char *why, size_t why_len)
 void cuda_close(void *state)
 {
     (void)state;
+    qc_gemm_release();
 }
 
 const char *cuda_device(void *state)
@@ -66,12 +68,15 @@ qs_backend make_table()
     t.name = "cuda";
     t.version = "0.1.0";
     t.caps = QS_CAP_CAST | QS_CAP_QUANT_DELAYED | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_MXFP8 |
-             QS_CAP_QUANT_BLOCK;
+             QS_CAP_QUANT_BLOCK | QS_CAP_QUANT_NVFP4 | QS_CAP_DEQUANT | QS_CAP_GEMM_TENSOR |
+             QS_CAP_GEMM_BLOCK | QS_CAP_GEMM_MX | QS_CAP_GEMM_NVFP4;
     t.open = cuda_open;
     t.close = cuda_close;
     t.device = cuda_device;
     t.cast = qc_slot_cast;
     t.quantize = qc_slot_quantize;
+    t.dequantize = qc_slot_dequantize;
+    t.gemm = qc_slot_gemm;
     return t;
 }
 

@@ -3,7 +3,7 @@
  * in shared memory, one warp per column), and 128x128 tiles (one thread block per tile,
  * the columnwise copy the transpose of the codes and of the scale grid). Each block's
  * scale is [REC-BLK-SCALE]; its scale_inv is fl(1/scale). */
-#include "qc_dispatch.cuh"
+#include "qc_tile.cuh"
 
 namespace qc {
 namespace {
@@ -118,8 +118,18 @@ __global__ void __launch_bounds__(256) tile_kernel(qc_input in, qc_block_params 
 
 cudaError_t qc_block_1d(const qc_input &in, const qc_block_params &p, qc_copy row, qc_copy col)
 {
+    qc::fast_args fa = {};
+    fa.row = row;
+    fa.col = col;
+    fa.bp = p;
+    bool tile = col.data && qc::fast_tile_ok(in);
+    bool rows = !col.data && row.data && qc::fast_rows_ok(in, qc::kBlk);
     return qc::dispatch(in.dtype, p.e5m2, [&](auto dt, auto e5) {
         constexpr int DT = decltype(dt)::value, E5 = decltype(e5)::value;
+        if (tile)
+            return qc::launch_tile<DT, E5, qc::K_B1, 0>(in, fa);
+        if (rows)
+            return qc::launch_rows<DT, E5, qc::K_B1, 0>(in, fa);
         if (row.data) {
             int64_t warps = in.rows * ((in.cols + qc::kBlk - 1) / qc::kBlk);
             qc::rows_kernel<DT, E5><<<qc::blocks_for(warps, 8), 256>>>(in, p, row);
@@ -134,9 +144,16 @@ cudaError_t qc_block_1d(const qc_input &in, const qc_block_params &p, qc_copy ro
 
 cudaError_t qc_block_2d(const qc_input &in, const qc_block_params &p, qc_copy row, qc_copy col)
 {
+    qc::fast_args fa = {};
+    fa.row = row;
+    fa.col = col;
+    fa.bp = p;
+    bool tile = qc::fast_tile_ok(in);
     dim3 grid(qc::blocks_for(in.cols, qc::kBlk), qc::blocks_for(in.rows, qc::kBlk));
     return qc::dispatch(in.dtype, p.e5m2, [&](auto dt, auto e5) {
         constexpr int DT = decltype(dt)::value, E5 = decltype(e5)::value;
+        if (tile)
+            return qc::launch_tile<DT, E5, qc::K_B2, 0>(in, fa);
         qc::tile_kernel<DT, E5><<<grid, dim3(32, 8)>>>(in, p, row, col);
         return cudaGetLastError();
     });

@@ -173,6 +173,61 @@ __host__ __device__ __forceinline__ float mx_multiplier(uint32_t e)
     return from_bits((254u - e) << 23);
 }
 
+
+/* The MXFP8 rule table [REC-VARIANTS]: scale and element encoder per rule (0 te, 1 ocp). */
+template <int RULE, int E5> struct mx_rule;
+template <int E5> struct mx_rule<0, E5> {
+    static __host__ __device__ uint32_t scale(float a) { return scale_te<E5>(a); }
+    static __host__ __device__ uint8_t enc(float v) { return enc_sat<E5>(v); }
+};
+template <int E5> struct mx_rule<1, E5> {
+    static __host__ __device__ uint32_t scale(float a) { return scale_ocp<E5>(a); }
+    static __host__ __device__ uint8_t enc(float v) { return enc_ocp<E5>(v); }
+};
+
+/* Elements e0 .. e0+7 of the input as FP32, in one or two 16-byte loads: e0 is a multiple
+ * of 8 and the buffer 16-byte aligned (the fast paths check both). */
+template <int DT> __device__ __forceinline__ void load8(const void *x, size_t e0, float v[8])
+{
+    if (DT == QC_IN_FP32) {
+        const float4 *p = static_cast<const float4 *>(x) + e0 / 4;
+        float4 a = p[0], b = p[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        return;
+    }
+    uint4 u = static_cast<const uint4 *>(x)[e0 / 8];
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint16_t lo = static_cast<uint16_t>(w[j] & 0xFFFFu), hi = static_cast<uint16_t>(w[j] >> 16);
+        if (DT == QC_IN_BF16) {
+            v[2 * j] = __uint_as_float(static_cast<uint32_t>(lo) << 16);
+            v[2 * j + 1] = __uint_as_float(static_cast<uint32_t>(hi) << 16);
+        } else {
+            v[2 * j] = __half2float(__ushort_as_half(lo));
+            v[2 * j + 1] = __half2float(__ushort_as_half(hi));
+        }
+    }
+}
+
+/* Eight codes as one 8-byte store at p (8-byte aligned), the first code lowest. */
+__device__ __forceinline__ void store8(uint8_t *p, const uint8_t c[8])
+{
+    uint2 w;
+    w.x = c[0] | (static_cast<uint32_t>(c[1]) << 8) | (static_cast<uint32_t>(c[2]) << 16) |
+          (static_cast<uint32_t>(c[3]) << 24);
+    w.y = c[4] | (static_cast<uint32_t>(c[5]) << 8) | (static_cast<uint32_t>(c[6]) << 16) |
+          (static_cast<uint32_t>(c[7]) << 24);
+    *reinterpret_cast<uint2 *>(p) = w;
+}
+
+/* Whether a buffer admits the 16-byte loads and 8-byte stores of the fast paths. */
+__host__ __device__ __forceinline__ bool aligned16(const void *p)
+{
+    return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
 } // namespace qc
 
 #endif

@@ -42,8 +42,10 @@ struct qc_block_params {
 /* [REC-AMAX]: *amax_bits = bits of max |x| (NaN ignored); amax_bits is device memory. */
 cudaError_t qc_amax(const qc_input &in, uint32_t *amax_bits);
 /* [REC-TW-ELEM] [REC-TW-LAYOUT]: rowwise codes [M,K] and/or transposed codes [K,M]; the
- * scale tensors are not written here (the host writes scale_inv). */
-cudaError_t qc_tensorwise(const qc_input &in, const qc_tw_params &p, const uint32_t *amax_bits,
+ * scale tensors are not written here (the host writes scale_inv). Current scaling reads
+ * the amax from *amax_bits (qc_amax first); delayed scaling writes the amax it saw there,
+ * in the same pass [REC-DS-QUANT]. */
+cudaError_t qc_tensorwise(const qc_input &in, const qc_tw_params &p, uint32_t *amax_bits,
                           uint8_t *row, uint8_t *col);
 /* [REC-MX-*]: rowwise 1x32 and columnwise 32x1 blocks in one pass (rule 0 te, 1 ocp). */
 cudaError_t qc_mxfp8(const qc_input &in, int e5m2, int rule, qc_copy row, qc_copy col);
@@ -53,5 +55,50 @@ cudaError_t qc_block_1d(const qc_input &in, const qc_block_params &p, qc_copy ro
 cudaError_t qc_block_2d(const qc_input &in, const qc_block_params &p, qc_copy row, qc_copy col);
 /* [FMT-OVF-SATFINITE] RNE cast of n FP32 values to E4M3 or E5M2 codes. */
 cudaError_t qc_cast_fp8(const float *in, size_t n, int e5m2, uint8_t *out);
+
+/* NVFP4 options [REC-NV-*] (cuda/qc_nvfp4.cu). */
+struct qc_nvfp4_params {
+    int torchao;           /* variant torchao [REC-NV-TORCHAO] (else te) */
+    int tile_2d;           /* 16x16 tiles [REC-NV-2D] (else 1x16 blocks) */
+    int rht;               /* 1-D columnwise copy Hadamard-transformed [REC-NV-RHT] */
+    int sr;                /* stochastic rounding [REC-NV-SR] */
+    uint64_t seed, offset; /* the rowwise stream; the columnwise one is offset + 1 */
+};
+/* [REC-NV-*]: packed E2M1 data and E4M3 scale codes of the rowwise copy [M,K] and the
+ * columnwise copy [K,M]; amax_bits (device memory, 2 words) receives the bits of the tensor
+ * amax of each (2-D tiles use word 0 for both, the 1-D columnwise word is taken after the
+ * transform), from which the host takes S_enc and S_dec (qc::nv::copy_amax, tensor_scale in
+ * cuda/qc_nvfp4.cuh). rht needs a BF16 input with rows % 16 == 0 (cudaErrorInvalidValue
+ * otherwise). */
+cudaError_t qc_nvfp4(const qc_input &in, const qc_nvfp4_params &p, qc_copy row, qc_copy col,
+                     uint32_t *amax_bits);
+
+/* [FMT-ENCODE] (cuda/qc_cast.cu): n FP32 values to codes of format dtype (a qs_dtype: FP32,
+ * BF16, FP16, E4M3, E5M2, E8M0, E2M1, E2M3, E3M2) under round (a qs_round) and overflow (a
+ * qs_overflow), stochastic rounding with sr_bits for every value. out holds one code per
+ * element: a byte for formats of 8 bits or fewer (E2M1 unpacked), uint16_t for BF16/FP16,
+ * uint32_t for FP32. cudaErrorInvalidValue for an unknown format, mode or policy. */
+cudaError_t qc_cast(const float *in, size_t n, int dtype, int round, int overflow, uint32_t sr_bits,
+                    void *out);
+
+/* [REC-DEQ-*] (cuda/qc_dequant.cu): one copy of a quantization of an [rows, cols] input. */
+struct qc_dequant_params {
+    int kind;           /* qs_recipe_kind */
+    int col;            /* 0 the rowwise copy, 1 the columnwise copy */
+    int elem;           /* qs_dtype of the codes: E4M3, E5M2, or E2M1 (nvfp4) */
+    int64_t rows, cols; /* M, K of the input */
+    int tile_2d;        /* block and nvfp4: 128x128 / 16x16 tiles */
+    int torchao;        /* nvfp4: the torchao variant (else te) */
+    int64_t scale_cols; /* second extent of the scale tensor; 1 for tensorwise */
+    float global_dec;   /* nvfp4: S_dec (te) or pts (torchao) of this copy */
+};
+/* Dequantizes the copy's data and scale tensors (device memory, the layouts of
+ * [REC-LAYOUT]) into y, FP32 [rows, cols] in the input's orientation [REC-DEQ-SHAPE]. */
+cudaError_t qc_dequantize(const qc_dequant_params &p, const uint8_t *data, const void *scale,
+                          float *y);
+
+/* 1: every entry point takes its generic path (the benchmark compares the fast paths of
+ * aligned shapes with it); 0 (default): fast paths where the shape allows. */
+extern int qc_force_generic;
 
 #endif

@@ -2,21 +2,10 @@
  * per 32x32 tile loads the tile once and writes both the rowwise 1x32 and the columnwise
  * 32x1 copies (data [M,K] both, E8M0 scales [M, ceil(K/32)] and [ceil(M/32), K]). The two
  * scale rules, te and ocp, are the two rows of the rule table below [REC-VARIANTS]. */
-#include "qc_dispatch.cuh"
+#include "qc_tile.cuh"
 
 namespace qc {
 namespace {
-
-/* The rule table [REC-VARIANTS]: scale and element encoder per rule. */
-template <int RULE, int E5> struct mx_rule;
-template <int E5> struct mx_rule<0, E5> {
-    static __device__ uint32_t scale(float a) { return scale_te<E5>(a); }
-    static __device__ uint8_t enc(float v) { return enc_sat<E5>(v); }
-};
-template <int E5> struct mx_rule<1, E5> {
-    static __device__ uint32_t scale(float a) { return scale_ocp<E5>(a); }
-    static __device__ uint8_t enc(float v) { return enc_ocp<E5>(v); }
-};
 
 /* One block of 32 held one value per lane (absent lanes hold 0): its E8M0 code and the
  * lane's element code. */
@@ -72,9 +61,20 @@ __global__ void __launch_bounds__(256) mx_kernel(qc_input in, qc_copy row, qc_co
 
 cudaError_t qc_mxfp8(const qc_input &in, int e5m2, int rule, qc_copy row, qc_copy col)
 {
+    qc::fast_args fa = {};
+    fa.row = row;
+    fa.col = col;
+    bool tile = col.data && qc::fast_tile_ok(in);
+    bool rows = !col.data && row.data && qc::fast_rows_ok(in, 32);
     dim3 grid(qc::blocks_for(in.cols, 32), qc::blocks_for(in.rows, 32));
     return qc::dispatch(in.dtype, e5m2, [&](auto dt, auto e5) {
         constexpr int DT = decltype(dt)::value, E5 = decltype(e5)::value;
+        if (tile)
+            return rule == 0 ? qc::launch_tile<DT, E5, qc::K_MX, 0>(in, fa)
+                             : qc::launch_tile<DT, E5, qc::K_MX, 1>(in, fa);
+        if (rows)
+            return rule == 0 ? qc::launch_rows<DT, E5, qc::K_MX, 0>(in, fa)
+                             : qc::launch_rows<DT, E5, qc::K_MX, 1>(in, fa);
         if (rule == 0)
             qc::mx_kernel<DT, E5, 0><<<grid, dim3(32, 8)>>>(in, row, col);
         else

@@ -1,12 +1,13 @@
 /* qc_slots.cu: the `cast` and `quantize` slots of the CUDA plugin — they copy the host
  * request to the device, launch the kernels of qc_kernels.h and copy every output tensor
  * the kit allocated back, filling amax/global_enc/global_dec as the reference does.
- * Requests the kernels do not implement (NVFP4, other formats or rounding modes) answer
+ * Requests the kernels do not implement (other formats or rounding modes) answer
  * QS_ERR_UNSUPPORTED; CUDA failures answer QS_ERR_INTERNAL (the plugin never prints). */
 #include <float.h>
 #include <string.h>
 
 #include "qc_device.cuh"
+#include "qc_nvfp4.cuh"
 #include "qc_slots.h"
 
 namespace {
@@ -83,12 +84,12 @@ cudaError_t run_tensorwise(const qs_quantize_args *a, const qc_input &in, qs_qua
     cudaError_t err = out.alloc(z);
     if (err == cudaSuccess)
         err = amax.alloc(sizeof(uint32_t));
-    if (err == cudaSuccess)
-        err = qc_amax(in, static_cast<uint32_t *>(amax.p));
     int current = a->cfg->kind == QS_RECIPE_CURRENT;
+    if (err == cudaSuccess && current) /* delayed scaling takes the amax in its pass */
+        err = qc_amax(in, static_cast<uint32_t *>(amax.p));
     qc_tw_params p = {z->elem == QS_E5M2, current, a->ds_scale, a->cfg->eps, a->cfg->pow2};
     if (err == cudaSuccess)
-        err = qc_tensorwise(in, p, static_cast<const uint32_t *>(amax.p), out.copy(0).data,
+        err = qc_tensorwise(in, p, static_cast<uint32_t *>(amax.p), out.copy(0).data,
                             out.copy(1).data);
     uint32_t amax_bits = 0;
     if (err == cudaSuccess)
@@ -135,6 +136,36 @@ cudaError_t run_blocked(const qs_quantize_args *a, const qc_input &in, qs_quanti
     return err;
 }
 
+/* [REC-NV-*]: codes and scales on the device; the amax of each copy from the device, and
+ * S_enc/S_dec (te) or pts (torchao) from it as the kernels computed them [REC-NV-GLOBAL]. */
+cudaError_t run_nvfp4(const qs_quantize_args *a, const qc_input &in, qs_quantized *z)
+{
+    const qs_recipe_config *c = a->cfg;
+    dev_out out;
+    dev_buf amax;
+    cudaError_t err = out.alloc(z);
+    if (err == cudaSuccess)
+        err = amax.alloc(2 * sizeof(uint32_t));
+    int torchao = c->nv_variant == QS_NV_TORCHAO;
+    qc_nvfp4_params p = {torchao, c->tile_2d, c->rht && c->columnwise, c->sr, c->seed, c->offset};
+    if (err == cudaSuccess)
+        err = qc_nvfp4(in, p, out.copy(0), out.copy(1), static_cast<uint32_t *>(amax.p));
+    if (err == cudaSuccess)
+        err = out.fetch(z, 1);
+    uint32_t bits[2] = {0, 0};
+    if (err == cudaSuccess)
+        err = cudaMemcpy(bits, amax.p, sizeof bits, cudaMemcpyDeviceToHost);
+    for (int d = 0; d < QS_DIR_COUNT && err == cudaSuccess; d++) {
+        if (!z->data[d].data)
+            continue;
+        z->amax[d] = qc::nv::copy_amax(bits, c->tile_2d, d);
+        qc::nv::global g = qc::nv::tensor_scale(torchao, z->amax[d]);
+        z->global_enc[d] = g.enc;
+        z->global_dec[d] = g.dec;
+    }
+    return err;
+}
+
 } // namespace
 
 qs_status qc_slot_quantize(void *state, const qs_quantize_args *a)
@@ -143,27 +174,49 @@ qs_status qc_slot_quantize(void *state, const qs_quantize_args *a)
     const qs_tensor *x = a->x;
     qs_recipe_kind kind = a->cfg->kind;
     int dt = input_kind(x->dtype);
-    if (dt < 0 || x->ndim != 2 || kind == QS_RECIPE_NVFP4 || kind >= QS_RECIPE_COUNT)
+    if (dt < 0 || x->ndim != 2 || kind >= QS_RECIPE_COUNT)
         return QS_ERR_UNSUPPORTED;
-    if (a->out->elem != QS_E4M3 && a->out->elem != QS_E5M2)
+    if (kind != QS_RECIPE_NVFP4 && a->out->elem != QS_E4M3 && a->out->elem != QS_E5M2)
         return QS_ERR_UNSUPPORTED;
+    if (kind == QS_RECIPE_NVFP4 && a->cfg->rht && a->cfg->columnwise) { /* [REC-NV-RHT] */
+        if (x->dtype != QS_BF16)
+            return QS_ERR_DTYPE;
+        if (x->shape[0] % 16 != 0)
+            return QS_ERR_SHAPE;
+    }
     dev_buf xd;
     cudaError_t err = xd.alloc(x->nbytes);
     if (err == cudaSuccess)
         err = cudaMemcpy(xd.p, x->data, x->nbytes, cudaMemcpyHostToDevice);
     qc_input in = {xd.p, dt, x->shape[0], x->shape[1]};
-    if (err == cudaSuccess)
+    if (err == cudaSuccess && kind == QS_RECIPE_NVFP4)
+        err = run_nvfp4(a, in, a->out);
+    else if (err == cudaSuccess)
         err = kind == QS_RECIPE_DELAYED || kind == QS_RECIPE_CURRENT ? run_tensorwise(a, in, a->out)
-                                                                      : run_blocked(a, in, a->out);
+                                                                     : run_blocked(a, in, a->out);
     return err == cudaSuccess ? QS_OK : QS_ERR_INTERNAL;
 }
 
 qs_status qc_slot_cast(void *state, const qs_cast_args *a)
 {
     (void)state;
-    if ((a->dtype != QS_E4M3 && a->dtype != QS_E5M2) || a->mode.round != QS_ROUND_RNE ||
-        a->mode.overflow != QS_OVF_SATFINITE)
+    /* [FMT-ENCODE] through cuda/qc_cast.cu, every rounding mode and overflow policy. The
+     * ABI's out holds one byte per code, so formats wider than 8 bits are not taken. */
+    if ((unsigned)a->mode.round >= QS_ROUND_COUNT || (unsigned)a->mode.overflow >= QS_OVF_COUNT)
+        return QS_ERR_INVALID_ARG;
+    switch (a->dtype) {
+    case QS_E4M3:
+    case QS_E5M2:
+    case QS_E8M0:
+    case QS_E2M1:
+    case QS_E2M3:
+    case QS_E3M2:
+        break;
+    default:
         return QS_ERR_UNSUPPORTED;
+    }
+    if (a->n == 0)
+        return QS_OK;
     dev_buf in, out;
     cudaError_t err = in.alloc(a->n * sizeof(float));
     if (err == cudaSuccess)
@@ -171,8 +224,8 @@ qs_status qc_slot_cast(void *state, const qs_cast_args *a)
     if (err == cudaSuccess)
         err = cudaMemcpy(in.p, a->in, a->n * sizeof(float), cudaMemcpyHostToDevice);
     if (err == cudaSuccess)
-        err = qc_cast_fp8(static_cast<const float *>(in.p), a->n, a->dtype == QS_E5M2,
-                          static_cast<uint8_t *>(out.p));
+        err = qc_cast(static_cast<const float *>(in.p), a->n, a->dtype, a->mode.round,
+                      a->mode.overflow, a->mode.sr_bits, out.p);
     if (err == cudaSuccess)
         err = cudaMemcpy(a->out, out.p, a->n, cudaMemcpyDeviceToHost);
     return err == cudaSuccess ? QS_OK : QS_ERR_INTERNAL;

@@ -7,5 +7,10 @@
 
 qs_status qc_slot_quantize(void *state, const qs_quantize_args *a);
 qs_status qc_slot_cast(void *state, const qs_cast_args *a);
+/* The gemm slot (cuda/qc_gemm.cu) and the release of its cuBLASLt handle and workspace. */
+qs_status qc_slot_gemm(void *state, qs_gemm_args *a);
+void qc_gemm_release(void);
+/* cuda/qc_dequant.cu */
+qs_status qc_slot_dequantize(void *state, const qs_dequantize_args *a);
 
 #endif

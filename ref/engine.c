@@ -1,13 +1,17 @@
 /* engine.c: the reference engine of spec/recompute.md — programs (trees of regions over
- * linear and gdn ops), run forward on a tape and backward from an output gradient, with
- * checkpointed regions recorded and replayed [RCP-RECORD] [RCP-REPLAY], a trace record per
- * op execution [RCP-TRACE], the delayed-scaling update timing of spec/scoping.md, and
- * failure atomicity: a failed run leaves every state as before [SCOPE-FAIL-ATOMIC]. */
+ * linear, gdn and mla ops), run forward on a tape and backward from an output gradient, with
+ * checkpointed regions recorded and replayed [RCP-RECORD] [RCP-REPLAY], an mla op's
+ * mla_up_proj region checkpointed the same way [RCP-MLA-UP-PROJ], a trace record per op
+ * execution [RCP-TRACE], the delayed-scaling update timing of spec/scoping.md, and failure
+ * atomicity: a failed run leaves every state as before [SCOPE-FAIL-ATOMIC]. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_internal.h"
 #include "checkpoint_internal.h"
 #include "internal.h"
+#include "mla_internal.h"
 #include "recipe_internal.h"
 #include "qspec/attention.h"
 #include "qspec/format.h"
@@ -23,8 +27,25 @@ typedef enum qsi_node_kind {
     QSI_N_ISLAND,
     QSI_N_CHECKPOINT,
     QSI_N_LINEAR,
-    QSI_N_GDN
+    QSI_N_GDN,
+    QSI_N_MLA,    /* an mla op; its linears are QSI_N_MLA_LIN children, never run by the tree */
+    QSI_N_MLA_LIN /* one linear of an mla op: its trace name and quantizers */
 } qsi_node_kind;
+
+/* What an mla op keeps: its configuration, token shape (the dtype is the activation's at
+ * run time), weight values and the node of each linear it runs. */
+typedef struct qsi_mla_op {
+    qs_mla_config cfg;
+    qs_mla_shape shape;
+    int32_t *cu;
+    int split;
+    int recompute_up;
+    float *wv[QS_MLA_PARAM_COUNT]; /* NULL when the configuration does not use it */
+    int wnd[QS_MLA_PARAM_COUNT];
+    int64_t wshape[QS_MLA_PARAM_COUNT][2];
+    qs_mla_weights w; /* views of wv */
+    int sub[QS_MLA_LINEAR_COUNT];
+} qsi_mla_op;
 
 typedef struct qsi_node {
     qsi_node_kind kind;
@@ -39,6 +60,7 @@ typedef struct qsi_node {
     int qinit[QS_RECIPE_COUNT];
     int64_t rows;
     float *g, *beta;
+    qsi_mla_op *mla;
 } qsi_node;
 
 struct qs_program {
@@ -50,7 +72,34 @@ struct qs_program {
 
 static int is_region(qsi_node_kind k)
 {
-    return k != QSI_N_LINEAR && k != QSI_N_GDN;
+    return k != QSI_N_LINEAR && k != QSI_N_GDN && k != QSI_N_MLA && k != QSI_N_MLA_LIN;
+}
+
+/* The nodes that run as a quantizable linear: linear ops and the linears of mla ops. */
+static int is_linear(qsi_node_kind k)
+{
+    return k == QSI_N_LINEAR || k == QSI_N_MLA_LIN;
+}
+
+/* dst = "<op>/<part>", a trace name (the builder keeps op short enough; longer is cut). */
+static void part_name(char *dst, const char *op, const char *part)
+{
+    size_t n = strlen(op), k = strlen(part);
+    if (n + 1 + k >= QS_TRACE_NAME_LEN)
+        n = QS_TRACE_NAME_LEN > k + 2 ? QS_TRACE_NAME_LEN - k - 2 : 0;
+    memcpy(dst, op, n);
+    dst[n] = '/';
+    memcpy(dst + n + 1, part, k + 1);
+}
+
+static void mla_op_free(qsi_mla_op *op)
+{
+    if (!op)
+        return;
+    for (int i = 0; i < QS_MLA_PARAM_COUNT; i++)
+        free(op->wv[i]);
+    free(op->cu);
+    free(op);
 }
 
 qs_status qs_program_new(qs_ctx *ctx, qs_program **out)
@@ -92,19 +141,15 @@ void qs_program_free(qs_program *p)
         qs_tensor_free(&n->w);
         free(n->g);
         free(n->beta);
+        mla_op_free(n->mla);
     }
     free(p->nodes);
     free(p);
 }
 
-/* Appends a node of kind under parent; returns its index in *id. */
-static qs_status add_node(qs_ctx *ctx, qs_program *p, int parent, qsi_node_kind kind, int *id)
+/* Appends a node of kind as the last child of parent (any node); its index in *id. */
+static qs_status add_child(qs_ctx *ctx, qs_program *p, int parent, qsi_node_kind kind, int *id)
 {
-    if (!p || !id)
-        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "program: NULL program or id");
-    if (parent < 0 || parent >= p->n || !is_region(p->nodes[parent].kind))
-        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
-                            "program: parent %d is not a region of this program", parent);
     if (p->n == p->cap) {
         qsi_node *nn = realloc(p->nodes, (size_t)(2 * p->cap) * sizeof *nn);
         if (!nn)
@@ -127,6 +172,17 @@ static qs_status add_node(qs_ctx *ctx, qs_program *p, int parent, qsi_node_kind 
     par->last_child = i;
     *id = i;
     return QS_OK;
+}
+
+/* Appends a node of kind under the region parent; returns its index in *id. */
+static qs_status add_node(qs_ctx *ctx, qs_program *p, int parent, qsi_node_kind kind, int *id)
+{
+    if (!p || !id)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "program: NULL program or id");
+    if (parent < 0 || parent >= p->n || !is_region(p->nodes[parent].kind))
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                            "program: parent %d is not a region of this program", parent);
+    return add_child(ctx, p, parent, kind, id);
 }
 
 /* Removes the last node again (a builder that failed after add_node). */
@@ -185,13 +241,17 @@ qs_status qs_program_checkpoint(qs_ctx *ctx, qs_program *p, int parent, int *id)
     return add_node(ctx, p, parent, QSI_N_CHECKPOINT, id);
 }
 
-/* Op names must be unique: the trace and the audit key on them. */
+/* Op names must be unique: the trace and the audit key on them. '/' is reserved for the
+ * parts of an mla op ("<op>/<linear>"), which are therefore unique too [RCP-MLA-TRACE]. */
 static qs_status check_op_name(qs_ctx *ctx, const qs_program *p, const char *name)
 {
     if (!name || !name[0] || strlen(name) >= QS_TRACE_NAME_LEN)
         return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
                             "program: an op name must have 1 to %d characters",
                             QS_TRACE_NAME_LEN - 1);
+    if (strchr(name, '/'))
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                            "program: op name '%s' contains '/' (reserved for mla parts)", name);
     for (int i = 0; p && i < p->n; i++)
         if (p->nodes[i].op >= 0 && strcmp(p->nodes[i].name, name) == 0)
             return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "program: op name '%s' is used twice",
@@ -248,6 +308,143 @@ qs_status qs_program_gdn(qs_ctx *ctx, qs_program *p, int parent, const char *nam
     return QS_OK;
 }
 
+/* The values of a weight tensor of parameter pi: the shape qs_mla_param_shape gives,
+ * FP32, BF16 or FP16. */
+static qs_status mla_copy_weight(qs_ctx *ctx, const char *name, qsi_mla_op *op, int pi,
+                                 const qs_tensor *t)
+{
+    const char *pn = qs_mla_param_name((qs_mla_param)pi);
+    int nd = qs_mla_param_shape(&op->cfg, op->split, (qs_mla_param)pi, op->wshape[pi]);
+    if (!nd && t)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                            "program_mla: '%s' does not use weight %s (with %s K/V weights)", name,
+                            pn, op->split ? "split" : "combined");
+    if (!nd)
+        return QS_OK;
+    if (!t)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "program_mla: '%s' needs weight %s", name, pn);
+    int ok = t->ndim == nd && t->shape[0] == op->wshape[pi][0] &&
+             (nd == 1 || t->shape[1] == op->wshape[pi][1]);
+    if (!ok && nd == 1)
+        return qs_ctx_error(ctx, QS_ERR_SHAPE,
+                            "program_mla: '%s' weight %s must be [%lld] [MLA-SHAPES]", name, pn,
+                            (long long)op->wshape[pi][0]);
+    if (!ok)
+        return qs_ctx_error(ctx, QS_ERR_SHAPE,
+                            "program_mla: '%s' weight %s must be [%lld, %lld] [MLA-SHAPES]", name,
+                            pn, (long long)op->wshape[pi][0], (long long)op->wshape[pi][1]);
+    if (t->dtype != QS_FP32 && t->dtype != QS_BF16 && t->dtype != QS_FP16)
+        return qs_ctx_error(ctx, QS_ERR_DTYPE,
+                            "program_mla: '%s' weight %s must be fp32, bf16 or fp16", name, pn);
+    op->wnd[pi] = nd;
+    op->wv[pi] = malloc(t->numel * sizeof(float) + 1);
+    if (!op->wv[pi])
+        return qs_ctx_error(ctx, QS_ERR_NOMEM, "program_mla: out of memory");
+    for (size_t i = 0; i < t->numel; i++) {
+        if (t->dtype == QS_FP32)
+            op->wv[pi][i] = ((const float *)t->data)[i];
+        else if (t->dtype == QS_BF16)
+            op->wv[pi][i] = qs_bf16_to_f32(((const uint16_t *)t->data)[i]);
+        else
+            op->wv[pi][i] = qs_f16_to_f32(((const uint16_t *)t->data)[i]);
+    }
+    return QS_OK;
+}
+
+/* Validates mp and copies it into a new op [MLA-SHAPES] [RCP-MLA-OP]. */
+static qs_status mla_op_new(qs_ctx *ctx, const char *name, const qs_program_mla_params *mp,
+                            qsi_mla_op **out)
+{
+    qsi_mla_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return qs_ctx_error(ctx, QS_ERR_NOMEM, "program_mla: out of memory");
+    op->cfg = mp->cfg;
+    op->split = mp->w[QS_MLA_W_UKV] == NULL;
+    op->recompute_up = mp->recompute_up_proj != 0;
+    op->shape.layout = mp->layout;
+    op->shape.mask = mp->mask;
+    op->shape.b = mp->b;
+    op->shape.s = mp->s;
+    op->shape.dtype = QS_BF16; /* the activation's, at run time */
+    qs_status s = QS_OK;
+    if ((unsigned)mp->mask >= QS_ATTN_MASK_COUNT)
+        s = qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "program_mla: '%s' has a bad mask", name);
+    if (s == QS_OK && mp->layout == QS_ATTN_THD && mp->b >= 0 && mp->b < (1 << 20)) {
+        op->cu = malloc((size_t)(mp->b + 1) * sizeof(int32_t));
+        if (!op->cu)
+            s = qs_ctx_error(ctx, QS_ERR_NOMEM, "program_mla: out of memory");
+        else if (!mp->cu_seqlens)
+            s = qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "program_mla: '%s' (thd) needs cu_seqlens",
+                             name);
+        else
+            memcpy(op->cu, mp->cu_seqlens, (size_t)(mp->b + 1) * sizeof(int32_t));
+        op->shape.cu_seqlens = op->cu;
+    }
+    for (int pi = 0; s == QS_OK && pi < QS_MLA_PARAM_COUNT; pi++)
+        s = mla_copy_weight(ctx, name, op, pi, mp->w[pi]);
+    qs_mla_weights *w = &op->w;
+    w->w_dq = op->wv[QS_MLA_W_DQ], w->q_norm = op->wv[QS_MLA_Q_NORM];
+    w->w_uq = op->wv[QS_MLA_W_UQ], w->w_q = op->wv[QS_MLA_W_Q];
+    w->w_dkv = op->wv[QS_MLA_W_DKV], w->kv_norm = op->wv[QS_MLA_KV_NORM];
+    w->w_ukv = op->wv[QS_MLA_W_UKV], w->w_uk = op->wv[QS_MLA_W_UK];
+    w->w_uv = op->wv[QS_MLA_W_UV], w->w_o = op->wv[QS_MLA_W_O];
+    qsi_mla_block blk = {&op->cfg, &op->shape, &op->w};
+    if (s == QS_OK)
+        s = qsi_mla_check(ctx, "program_mla", &blk);
+    if (s != QS_OK) {
+        mla_op_free(op);
+        return s;
+    }
+    for (int l = 0; l < QS_MLA_LINEAR_COUNT; l++)
+        op->sub[l] = -1;
+    *out = op;
+    return QS_OK;
+}
+
+qs_status qs_program_mla(qs_ctx *ctx, qs_program *p, int parent, const char *name,
+                         const qs_program_mla_params *mp, int *id)
+{
+    qs_status s = check_op_name(ctx, p, name);
+    if (s != QS_OK)
+        return s;
+    if (!mp)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "program_mla: '%s' has NULL params", name);
+    if (strlen(name) + 10 > QS_TRACE_NAME_LEN)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                            "program_mla: name '%s' is too long: its parts are traced as "
+                            "'%s/out_proj' (at most %d characters)",
+                            name, name, QS_TRACE_NAME_LEN - 1);
+    qsi_mla_op *op = NULL;
+    if ((s = mla_op_new(ctx, name, mp, &op)) != QS_OK)
+        return s;
+    int n0 = p ? p->n : 0;
+    if ((s = add_node(ctx, p, parent, QSI_N_MLA, id)) != QS_OK) {
+        mla_op_free(op);
+        return s;
+    }
+    int me = *id;
+    strcpy(p->nodes[me].name, name);
+    for (int l = 0; s == QS_OK && l < QS_MLA_LINEAR_COUNT; l++) {
+        if (!qs_mla_linear_used(&op->cfg, op->split, (qs_mla_linear)l))
+            continue;
+        int sid;
+        s = add_child(ctx, p, me, QSI_N_MLA_LIN, &sid);
+        if (s == QS_OK) {
+            part_name(p->nodes[sid].name, name, qs_mla_linear_name((qs_mla_linear)l));
+            op->sub[l] = sid;
+        }
+    }
+    if (s != QS_OK) {
+        while (p->n > n0)
+            drop_last(p);
+        mla_op_free(op);
+        return s;
+    }
+    p->nodes[me].mla = op;
+    p->nodes[me].op = p->nops++;
+    return QS_OK;
+}
+
 qs_status qs_program_set_replay(qs_ctx *ctx, qs_program *p, qs_replay_variant v)
 {
     if (!p || (unsigned)v >= QS_REPLAY_COUNT)
@@ -272,7 +469,50 @@ const qs_quantizer *qs_program_quantizer(const qs_program *p, int op, qs_recipe_
     return NULL;
 }
 
+const qs_quantizer *qs_program_mla_quantizer(const qs_program *p, int op, qs_mla_linear lin,
+                                             qs_recipe_kind kind, qs_scope_role role)
+{
+    if (!p || (unsigned)lin >= QS_MLA_LINEAR_COUNT || (unsigned)kind >= QS_RECIPE_COUNT ||
+        (unsigned)role >= QS_SCOPE_ROLE_COUNT)
+        return NULL;
+    for (int i = 0; i < p->n; i++) {
+        if (p->nodes[i].op != op || p->nodes[i].kind != QSI_N_MLA)
+            continue;
+        int sid = p->nodes[i].mla->sub[lin];
+        if (sid < 0 || !p->nodes[sid].qinit[kind])
+            return NULL;
+        return &p->nodes[sid].q[kind][role];
+    }
+    return NULL;
+}
+
 /* ------------------------------------------------------------ the tape */
+
+struct qsi_run;
+
+/* What an mla op's forward leaves for its backward: the block's state (every
+ * intermediate and each linear's saved copies, less what the mla_up_proj checkpoint
+ * discarded), its input values, and that checkpoint's record. */
+typedef struct qsi_mla_tape {
+    struct qsi_run *run;
+    int id;
+    qs_mla_shape shape;
+    qsi_mla_block blk;
+    qsi_mla_runner runner;
+    float *x;
+    qsi_mla_state *st;
+    qsi_ckpt *ck; /* NULL when the region was not checkpointed */
+} qsi_mla_tape;
+
+static void mla_tape_free(qsi_mla_tape *m)
+{
+    if (!m)
+        return;
+    free(m->x);
+    qsi_mla_state_free(m->st);
+    qsi_ckpt_free(m->ck);
+    free(m);
+}
 
 typedef struct qsi_entry {
     int node;
@@ -281,6 +521,7 @@ typedef struct qsi_entry {
     qs_tensor x;         /* saved input: high-precision or calibrating linear, gdn */
     qs_quantized xq, wq; /* saved copies: quantized linear */
     qsi_ckpt *ck;        /* a checkpointed region */
+    qsi_mla_tape *mla;   /* an mla op */
 } qsi_entry;
 
 typedef struct qsi_tape {
@@ -294,6 +535,7 @@ static void entry_free(qsi_entry *e)
     qs_quantized_free(&e->xq);
     qs_quantized_free(&e->wq);
     qsi_ckpt_free(e->ck);
+    mla_tape_free(e->mla);
     memset(e, 0, sizeof *e);
 }
 
@@ -341,6 +583,8 @@ typedef struct qsi_run {
 } qsi_run;
 
 static qs_status exec_children(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape);
+static qs_status mla_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape);
+static qs_status mla_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad);
 
 static void set_name(qs_trace_record *r, const char *op, const char *kind)
 {
@@ -349,14 +593,14 @@ static void set_name(qs_trace_record *r, const char *op, const char *kind)
 }
 
 /* [SCOPE-RNG]: a stochastic-rounding quantizer draws from the context's stream; the
- * offset advances by the number of elements quantized. */
-static void draw_rng(qs_ctx *ctx, qs_quantizer *q, const qs_tensor *t)
+ * offset advances by the number of elements quantized (numel). */
+static void draw_rng(qs_ctx *ctx, qs_quantizer *q, size_t numel)
 {
     if (!q->cfg.sr || q->cfg.kind != QS_RECIPE_NVFP4)
         return;
     q->cfg.seed = ctx->rng_seed;
     q->cfg.offset = ctx->rng_offset;
-    ctx->rng_offset += (uint64_t)t->numel;
+    ctx->rng_offset += (uint64_t)numel;
 }
 
 /* Creates the quantizers of node n for recipe r on first use; a later use must carry the
@@ -402,8 +646,8 @@ static qs_status ds_update(qsi_run *run, int step, int backward, int only_in)
 {
     for (int i = 0; i < run->p->n; i++) {
         qsi_node *n = &run->p->nodes[i];
-        if (n->kind != QSI_N_LINEAR || !run->fwd_quant[i] ||
-            (only_in < 0 && run->step_of[i] != step) || run->fwd_kind[i] != QS_RECIPE_DELAYED)
+        if (!is_linear(n->kind) || !run->fwd_quant[i] || (only_in < 0 && run->step_of[i] != step) ||
+            run->fwd_kind[i] != QS_RECIPE_DELAYED)
             continue;
         if (only_in >= 0 && !is_inside(run->p, i, only_in))
             continue;
@@ -489,8 +733,8 @@ static qs_status linear_quantized_fwd(qsi_run *run, qsi_node *n, const qs_tensor
     if (s == QS_OK) {
         qs_linear_options opt;
         qs_linear_options_default(&opt, e->kind);
-        draw_rng(run->ctx, &lx, x);
-        draw_rng(run->ctx, &lw, &n->w);
+        draw_rng(run->ctx, &lx, x->numel);
+        draw_rng(run->ctx, &lw, n->w.numel);
         s = qs_linear_forward(run->ctx, &opt, &lx, &lw, x, &n->w, y, &e->xq, &e->wq);
     }
     free(hx);
@@ -746,6 +990,8 @@ static qs_status exec_node(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
         return linear_fwd(run, id, act, tape);
     case QSI_N_GDN:
         return gdn_fwd(run, id, act, tape);
+    case QSI_N_MLA:
+        return mla_fwd(run, id, act, tape);
     case QSI_N_CHECKPOINT:
         return exec_checkpoint(run, id, act, tape);
     case QSI_N_AUTOCAST:
@@ -801,7 +1047,7 @@ static qs_status linear_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
             r.nscale = 1;
             r.scale_bits[0] = qs_f32_bits(ldy.ds.scale);
         }
-        draw_rng(ctx, &ldy, grad);
+        draw_rng(ctx, &ldy, grad->numel);
         s = qs_linear_backward(ctx, &opt, &ldy, grad, &e->xq, &e->wq, &dx, &dw);
     } else if (s == QS_OK) {
         r.has_recipe = e->prec == QS_PREC_CALIBRATING;
@@ -898,41 +1144,62 @@ static uint64_t program_state_digest(const qs_program *p)
     return h;
 }
 
-/* Runs the body of checkpoint ck again from its recorded input under the recorded scope
- * with recompute_phase set and the recorded RNG state [RCP-REPLAY]; *out gets its output. */
-static qs_status replay_forward(qsi_run *run, const qsi_ckpt *ck, qsi_tape *sub, qs_tensor *out)
+/* A replay in progress: the region's token and the RNG state before it. */
+typedef struct qsi_replay {
+    qs_scope_token tok;
+    uint64_t seed, offset;
+} qsi_replay;
+
+/* Enters the recorded scope of ck with recompute_phase set and the recorded RNG state
+ * [RCP-REPLAY] (the variant of the program may change the scope [RCP-REPLAY-VARIANTS]). */
+static qs_status replay_enter(qsi_run *run, const qsi_ckpt *ck, qsi_replay *rp)
 {
     qs_ctx *ctx = run->ctx;
     qs_scope_state st = run->p->variant == QS_REPLAY_OUTSIDE_AUTOCAST ? ctx->scope : ck->scope;
-    qs_scope_token tok;
-    uint64_t seed, offset;
     st.recompute_phase = 1;
-    qs_status s = qs_tensor_clone(ctx, out, &ck->input);
-    if (s == QS_OK)
-        s = qsi_scope_enter_state(ctx, &st, &tok);
+    qs_status s = qsi_scope_enter_state(ctx, &st, &rp->tok);
     if (s != QS_OK)
         return s;
-    qs_rng_get(ctx, &seed, &offset);
+    qs_rng_get(ctx, &rp->seed, &rp->offset);
     qs_rng_set(ctx, ck->rng_seed, ck->rng_offset);
     run->replaying = 1;
     run->replay = ck;
-    s = exec_children(run, ck->node, out, sub);
+    return QS_OK;
+}
+
+/* Leaves the replay entered by replay_enter, whatever s is; returns s (or the error of the
+ * defect variant's update). */
+static qs_status replay_leave(qsi_run *run, const qsi_ckpt *ck, const qsi_replay *rp, qs_status s)
+{
     run->replaying = 0;
     run->replay = NULL;
     if (s == QS_OK && run->p->variant == QS_REPLAY_EXTRA_UPDATE)
         s = ds_update(run, -1, 0, ck->node); /* the upstream defect */
-    qsi_scope_pop(ctx, tok);
-    qs_rng_set(ctx, seed, offset); /* the RNG state as before the replay */
+    qsi_scope_pop(run->ctx, rp->tok);
+    qs_rng_set(run->ctx, rp->seed, rp->offset); /* the RNG state as before the replay */
     return s;
 }
 
+/* Runs the body of checkpoint ck again from its recorded input [RCP-REPLAY]; *out gets its
+ * output. */
+static qs_status replay_forward(qsi_run *run, const qsi_ckpt *ck, qsi_tape *sub, qs_tensor *out)
+{
+    qsi_replay rp;
+    qs_status s = qs_tensor_clone(run->ctx, out, &ck->input);
+    if (s == QS_OK)
+        s = replay_enter(run, ck, &rp);
+    if (s != QS_OK)
+        return s;
+    s = exec_children(run, ck->node, out, sub);
+    return replay_leave(run, ck, &rp, s);
+}
+
 /* [RCP-AUDIT]: the replay repeats the forward decisions, reproduces the discarded output
- * bit for bit [RCP-REPLAY-BITWISE] and changes no state. */
-static qs_status audit_replay(qsi_run *run, const qsi_ckpt *ck, const qs_tensor *out,
-                              uint64_t before)
+ * (digest d) bit for bit [RCP-REPLAY-BITWISE] and changes no state; what names it. */
+static qs_status audit_replay(qsi_run *run, const qsi_ckpt *ck, uint64_t d, uint64_t before,
+                              const char *what)
 {
     qs_program_result *res = run->res;
-    uint64_t d = qsi_tensor_digest(out);
     if (res->nreplays < 16) {
         res->replay_fwd_digest[res->nreplays] = ck->out_digest;
         res->replay_digest[res->nreplays] = d;
@@ -941,14 +1208,14 @@ static qs_status audit_replay(qsi_run *run, const qsi_ckpt *ck, const qs_tensor 
     qs_status s = qs_trace_audit(run->ctx, &res->trace);
     if (s == QS_OK && d != ck->out_digest)
         s = qs_ctx_error(run->ctx, QS_ERR_STATE,
-                         "replay audit [RCP-AUDIT]: checkpoint %d replayed an output that differs "
+                         "replay audit [RCP-AUDIT]: %s replayed an output that differs "
                          "from the discarded forward output [RCP-REPLAY-BITWISE]",
-                         ck->node);
+                         what);
     if (s == QS_OK && program_state_digest(run->p) != before)
         s = qs_ctx_error(run->ctx, QS_ERR_STATE,
-                         "replay audit [RCP-AUDIT]: the replay of checkpoint %d changed "
+                         "replay audit [RCP-AUDIT]: the replay of %s changed "
                          "delayed-scaling state",
-                         ck->node);
+                         what);
     return s;
 }
 
@@ -956,12 +1223,14 @@ static qs_status checkpoint_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
 {
     qsi_tape sub = {0};
     qs_tensor out = {0};
+    char what[48];
+    snprintf(what, sizeof what, "checkpoint %d", e->ck->node);
     uint64_t before = program_state_digest(run->p);
     qs_status s = qsi_fault_step(run->ctx, "checkpoint replay");
     if (s == QS_OK)
         s = replay_forward(run, e->ck, &sub, &out);
     if (s == QS_OK)
-        s = audit_replay(run, e->ck, &out, before);
+        s = audit_replay(run, e->ck, qsi_tensor_digest(&out), before, what);
     if (s == QS_OK)
         s = backward_tape(run, &sub, grad);
     qs_tensor_free(&out);
@@ -975,11 +1244,372 @@ static qs_status backward_tape(qsi_run *run, qsi_tape *tape, qs_tensor *grad)
         qsi_entry *e = &tape->e[i];
         qsi_node_kind k = run->p->nodes[e->node].kind;
         qs_status s = e->ck               ? checkpoint_bwd(run, e, grad)
+                      : e->mla            ? mla_bwd(run, e, grad)
                       : k == QSI_N_LINEAR ? linear_bwd(run, e, grad)
                                           : gdn_bwd(run, e, grad);
         if (s != QS_OK)
             return s;
     }
+    return QS_OK;
+}
+
+/* ------------------------------------------------------------ mla */
+
+/* The engine's runner of an mla op's linears [RCP-MLA-OP]: each linear is a quantizable
+ * module like a linear op — the scope decides, its node holds its quantizers per recipe
+ * kind, it records into and replays from checkpoints, consumes the first-module flag and
+ * takes part in the delayed-scaling updates — while ref/mla.c computes it. */
+static qs_status mla_lin_quantized(qsi_run *run, qsi_node *n, const qsi_mla_call *c,
+                                   qsi_mla_saved *sv, qs_trace_record *r)
+{
+    qs_quantizer lx, lw;
+    float *hx, *hw;
+    qs_status s = fwd_quantizers(run, n, (int)sv->kind, &lx, &lw, &hx, &hw, r);
+    if (s == QS_OK) {
+        draw_rng(run->ctx, &lx, (size_t)(c->rows * c->in));
+        draw_rng(run->ctx, &lw, (size_t)(c->out * c->in));
+        s = qsi_mla_lin_q_fwd(run->ctx, c, &lx, &lw, sv);
+    }
+    free(hx);
+    free(hw);
+    return s;
+}
+
+static qs_status mla_lin_fwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *sv)
+{
+    qsi_mla_tape *m = arg;
+    qsi_run *run = m->run;
+    qs_ctx *ctx = run->ctx;
+    int sub = run->p->nodes[m->id].mla->sub[c->lin];
+    qsi_node *n = &run->p->nodes[sub];
+    qs_trace_record r;
+    memset(&r, 0, sizeof r);
+    qs_status s = qsi_fault_step(ctx, "mla linear forward");
+    if (s == QS_OK)
+        s = qs_scope_decide(ctx, QS_MODULE_QUANTIZABLE, n->name, &sv->prec);
+    if (s != QS_OK)
+        return s;
+    set_name(&r, n->name, "linear");
+    r.phase = run->replaying ? QS_PHASE_RECOMPUTE : QS_PHASE_FORWARD;
+    r.precision = sv->prec;
+    r.dtype = c->dt;
+    if (sv->prec == QS_PREC_QUANTIZED || sv->prec == QS_PREC_CALIBRATING) {
+        sv->kind = ctx->scope.recipe.kind;
+        r.has_recipe = 1;
+        r.recipe = sv->kind;
+        s = ensure_quantizers(run, n, &ctx->scope.recipe);
+    }
+    if (s == QS_OK && sv->prec == QS_PREC_QUANTIZED) { /* [SCOPE-POLICY-QUANT] */
+        s = mla_lin_quantized(run, n, c, sv, &r);
+    } else if (s == QS_OK) { /* [SCOPE-POLICY-CALIB] [SCOPE-POLICY-HP] */
+        if (sv->prec == QS_PREC_CALIBRATING && sv->kind == QS_RECIPE_DELAYED && !run->replaying)
+            s = qsi_mla_lin_calibrate(ctx, c, &n->q[QS_RECIPE_DELAYED][QS_SCOPE_X],
+                                      &n->q[QS_RECIPE_DELAYED][QS_SCOPE_W]);
+        if (s == QS_OK)
+            qsi_mla_lin_hp_fwd(c);
+    }
+    if (s == QS_OK && sv->prec == QS_PREC_QUANTIZED)
+        consume_first(run, sub, &r);
+    if (s == QS_OK && !run->replaying) {
+        run->fwd_quant[sub] = sv->prec == QS_PREC_QUANTIZED;
+        run->fwd_kind[sub] = (int)sv->kind;
+        run->step_of[sub] = run->step;
+    }
+    return s == QS_OK ? qs_trace_append(ctx, &run->res->trace, &r) : s;
+}
+
+static qs_status mla_lin_bwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *sv)
+{
+    qsi_mla_tape *m = arg;
+    qsi_run *run = m->run;
+    qs_ctx *ctx = run->ctx;
+    int sub = run->p->nodes[m->id].mla->sub[c->lin];
+    qsi_node *n = &run->p->nodes[sub];
+    qs_trace_record r;
+    memset(&r, 0, sizeof r);
+    qs_status s = qsi_fault_step(ctx, "mla linear backward");
+    set_name(&r, n->name, "linear");
+    r.phase = QS_PHASE_BACKWARD;
+    r.precision = sv->prec;
+    r.dtype = c->dt;
+    r.has_recipe = sv->prec == QS_PREC_QUANTIZED || sv->prec == QS_PREC_CALIBRATING;
+    r.recipe = sv->kind;
+    if (s == QS_OK && sv->prec == QS_PREC_QUANTIZED) {
+        qs_quantizer ldy = n->q[sv->kind][QS_SCOPE_DY];
+        r.scales = QS_SCALES_FRESH;
+        if (sv->kind == QS_RECIPE_DELAYED) {
+            r.nscale = 1;
+            r.scale_bits[0] = qs_f32_bits(ldy.ds.scale);
+        }
+        draw_rng(ctx, &ldy, (size_t)(c->rows * c->out));
+        s = qsi_mla_lin_q_bwd(ctx, c, &ldy, sv);
+    } else if (s == QS_OK) {
+        qsi_mla_lin_hp_bwd(c);
+    }
+    if (s == QS_OK)
+        s = qs_trace_append(ctx, &run->res->trace, &r);
+    if (s == QS_OK && run->first_of[sub] && sv->prec == QS_PREC_QUANTIZED)
+        s = ds_update(run, run->step_of[sub], 1, -1); /* [SCOPE-DS-UPDATE-BWD] */
+    return s;
+}
+
+/* The absorbed einsums run in high precision whatever the region [MLA-ABSORBED-HP]; each
+ * execution is traced as kind "einsum" [RCP-MLA-TRACE]. */
+static qs_status mla_einsum(void *arg, qsi_mla_einsum which, int backward)
+{
+    qsi_mla_tape *m = arg;
+    qsi_run *run = m->run;
+    qs_trace_record r;
+    memset(&r, 0, sizeof r);
+    part_name(r.op, run->p->nodes[m->id].name, which == QSI_MLA_K_ABSORB ? "k_absorb" : "v_absorb");
+    strcpy(r.kind, "einsum");
+    r.phase =
+        backward ? QS_PHASE_BACKWARD : (run->replaying ? QS_PHASE_RECOMPUTE : QS_PHASE_FORWARD);
+    r.precision = QS_PREC_HIGH;
+    r.dtype = m->shape.dtype;
+    return qs_trace_append(run->ctx, &run->res->trace, &r);
+}
+
+/* A tape record for mla op id on the activation act (values decoded into m->x). */
+static qs_status mla_tape_new(qsi_run *run, int id, const qs_tensor *act, qsi_mla_tape **out)
+{
+    qs_ctx *ctx = run->ctx;
+    qsi_mla_op *op = run->p->nodes[id].mla;
+    const char *nm = run->p->nodes[id].name;
+    int64_t T = qsi_mla_tokens(&op->shape);
+    if (act->ndim != 2 || act->shape[0] != T || act->shape[1] != op->cfg.hidden)
+        return qs_ctx_error(ctx, QS_ERR_SHAPE,
+                            "mla '%s': the activation must be [%lld, %lld] (tokens, hidden)", nm,
+                            (long long)T, (long long)op->cfg.hidden);
+    if (act->dtype != QS_BF16 && act->dtype != QS_FP16 && act->dtype != QS_FP32)
+        return qs_ctx_error(ctx, QS_ERR_DTYPE,
+                            "mla '%s': the activation must be bf16, fp16 or fp32", nm);
+    qsi_mla_tape *m = calloc(1, sizeof *m);
+    qsi_input in = {0};
+    qs_status s =
+        m ? qsi_input_load(ctx, act, &in) : qs_ctx_error(ctx, QS_ERR_NOMEM, "mla: out of memory");
+    if (s != QS_OK) {
+        free(m);
+        return s;
+    }
+    m->run = run;
+    m->id = id;
+    m->shape = op->shape;
+    m->shape.dtype = act->dtype;
+    m->blk.cfg = &op->cfg;
+    m->blk.shape = &m->shape;
+    m->blk.w = &op->w;
+    m->runner.arg = m;
+    m->runner.fwd = mla_lin_fwd;
+    m->runner.bwd = mla_lin_bwd;
+    m->runner.einsum = mla_einsum;
+    m->x = in.x;
+    s = qsi_mla_state_new(ctx, "mla", &m->blk, &m->st);
+    if (s != QS_OK) {
+        mla_tape_free(m);
+        return s;
+    }
+    *out = m;
+    return QS_OK;
+}
+
+/* [RCP-MLA-UP-PROJ] [RCP-RECORD]: the record of the mla_up_proj region — the scope, the
+ * RNG state at its entry, and (through run->rec) the delayed-scaling state of each of its
+ * quantizers before its first use. Its inputs stay in the op's state. */
+static qs_status mla_record(qsi_run *run, qsi_mla_tape *m)
+{
+    qs_status s = qsi_fault_step(run->ctx, "mla up_proj record");
+    if (s == QS_OK && !(m->ck = calloc(1, sizeof *m->ck)))
+        s = qs_ctx_error(run->ctx, QS_ERR_NOMEM, "mla: out of memory");
+    if (s != QS_OK)
+        return s;
+    m->ck->node = m->id;
+    m->ck->scope = run->ctx->scope;
+    qs_rng_get(run->ctx, &m->ck->rng_seed, &m->ck->rng_offset);
+    return QS_OK;
+}
+
+/* The mla op's forward: down-projections, the mla_up_proj region (checkpointed when the op
+ * asks for it, gradients are on and no other checkpoint is recording or replaying: its
+ * outputs and intermediates are then discarded once the attention has read them),
+ * attention and output projection. */
+static qs_status mla_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
+{
+    qs_ctx *ctx = run->ctx;
+    qsi_mla_op *op = run->p->nodes[id].mla;
+    qsi_mla_tape *m = NULL;
+    float *out = NULL;
+    qs_tensor y = {0};
+    qs_status s = qsi_fault_step(ctx, "mla forward");
+    if (s == QS_OK)
+        s = mla_tape_new(run, id, act, &m);
+    if (s != QS_OK)
+        return s;
+    size_t nout = (size_t)(qsi_mla_tokens(&m->shape) * op->cfg.hidden);
+    if (!(out = malloc(nout * sizeof(float) + 1)))
+        s = qs_ctx_error(ctx, QS_ERR_NOMEM, "mla: out of memory");
+    if (s == QS_OK)
+        s = qsi_mla_fwd_down(ctx, &m->blk, &m->runner, m->x, m->st);
+    int ckpt = op->recompute_up && run->grad && !run->replaying && !run->rec;
+    if (s == QS_OK && ckpt)
+        s = mla_record(run, m);
+    if (s == QS_OK && m->ck) {
+        run->rec = m->ck; /* no other record is open: ckpt requires it */
+        s = qsi_mla_fwd_up(ctx, &m->blk, &m->runner, m->st);
+        run->rec = NULL;
+    } else if (s == QS_OK) {
+        s = qsi_mla_fwd_up(ctx, &m->blk, &m->runner, m->st);
+    }
+    if (s == QS_OK && m->ck)
+        m->ck->out_digest = qsi_mla_up_digest(&m->blk, m->st);
+    if (s == QS_OK)
+        s = qsi_mla_fwd_out(ctx, &m->blk, &m->runner, m->st, out);
+    if (s == QS_OK && m->ck) /* the attention has consumed the region's outputs */
+        qsi_mla_up_discard(&m->blk, m->st);
+    if (s == QS_OK)
+        s = store_like(ctx, act, out, &y);
+    free(out);
+    if (s != QS_OK) {
+        mla_tape_free(m);
+        return s;
+    }
+    qsi_entry e = {0};
+    e.node = id;
+    e.mla = m;
+    qs_tensor_free(act);
+    *act = y;
+    return tape_push(ctx, tape, &e);
+}
+
+/* [RCP-MLA-UP-PROJ]: the replay of the region, when the output projection's backward is
+ * done and before the attention's: the recorded scope with recompute_phase, recorded
+ * scales and RNG; then the audit [RCP-AUDIT]. */
+static qs_status mla_replay(qsi_run *run, qsi_mla_tape *m)
+{
+    char what[64];
+    snprintf(what, sizeof what, "mla '%s' up_proj", run->p->nodes[m->id].name);
+    uint64_t before = program_state_digest(run->p);
+    qsi_replay rp;
+    qs_status s = qsi_fault_step(run->ctx, "mla up_proj replay");
+    if (s == QS_OK)
+        s = replay_enter(run, m->ck, &rp);
+    if (s != QS_OK)
+        return s;
+    s = qsi_mla_fwd_up(run->ctx, &m->blk, &m->runner, m->st);
+    s = replay_leave(run, m->ck, &rp, s);
+    if (s == QS_OK)
+        s = audit_replay(run, m->ck, qsi_mla_up_digest(&m->blk, m->st), before, what);
+    return s;
+}
+
+/* The gradient of each parameter: FP32 tensors shaped like the weights, and g pointing at
+ * them. */
+static qs_status mla_grads_alloc(qs_ctx *ctx, const qsi_mla_op *op, qs_tensor *pg, qs_mla_grads *g)
+{
+    float **slot[QS_MLA_PARAM_COUNT] = {&g->dw_dq,    &g->dq_norm, &g->dw_uq, &g->dw_q,  &g->dw_dkv,
+                                        &g->dkv_norm, &g->dw_ukv,  &g->dw_uk, &g->dw_uv, &g->dw_o};
+    for (int pi = 0; pi < QS_MLA_PARAM_COUNT; pi++) {
+        if (!op->wv[pi])
+            continue;
+        qs_status s = qs_tensor_alloc(ctx, &pg[pi], QS_FP32, op->wnd[pi], op->wshape[pi]);
+        if (s != QS_OK)
+            return s;
+        *slot[pi] = pg[pi].data;
+    }
+    return QS_OK;
+}
+
+/* The op's gradients into the result: each parameter's, and grads[op] their concatenation
+ * in qs_mla_param order. */
+static qs_status mla_set_grads(qsi_run *run, const qsi_node *n, qs_tensor *pg)
+{
+    int64_t total = 0;
+    for (int pi = 0; pi < QS_MLA_PARAM_COUNT; pi++)
+        total += (int64_t)pg[pi].numel;
+    qs_tensor flat = {0};
+    qs_status s = qs_tensor_alloc(run->ctx, &flat, QS_FP32, 1, &total);
+    if (s != QS_OK)
+        return s;
+    size_t at = 0;
+    for (int pi = 0; pi < QS_MLA_PARAM_COUNT; pi++) {
+        if (pg[pi].numel)
+            memcpy((float *)flat.data + at, pg[pi].data, pg[pi].numel * sizeof(float));
+        at += pg[pi].numel;
+        qs_tensor *slot = &run->res->param_grads[n->op * QS_MLA_PARAM_COUNT + pi];
+        qs_tensor_free(slot);
+        *slot = pg[pi];
+        memset(&pg[pi], 0, sizeof pg[pi]);
+    }
+    return set_grad(run, n, &flat);
+}
+
+/* The output gradient as values of the op's dtype (a gradient of another dtype is cast). */
+static qs_status mla_dout(qsi_run *run, const qsi_mla_tape *m, const qs_tensor *grad, float **out)
+{
+    qs_ctx *ctx = run->ctx;
+    const qsi_mla_op *op = run->p->nodes[m->id].mla;
+    int64_t T = qsi_mla_tokens(&m->shape);
+    if (grad->ndim != 2 || grad->shape[0] != T || grad->shape[1] != op->cfg.hidden)
+        return qs_ctx_error(ctx, QS_ERR_SHAPE, "mla '%s': gradient shape differs",
+                            run->p->nodes[m->id].name);
+    qsi_input gi = {0};
+    qs_status s = qsi_input_load(ctx, grad, &gi);
+    for (int64_t e = 0; s == QS_OK && e < T * op->cfg.hidden; e++)
+        gi.x[e] = qsi_attn_round(m->shape.dtype, gi.x[e]);
+    if (s == QS_OK)
+        *out = gi.x;
+    return s;
+}
+
+static qs_status mla_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
+{
+    qs_ctx *ctx = run->ctx;
+    qsi_mla_tape *m = e->mla;
+    const qsi_node *n = &run->p->nodes[e->node];
+    qs_tensor pg[QS_MLA_PARAM_COUNT], dx = {0};
+    qs_mla_grads g;
+    float *dout = NULL, *dxv = NULL;
+    memset(pg, 0, sizeof pg);
+    memset(&g, 0, sizeof g);
+    size_t nx = (size_t)(qsi_mla_tokens(&m->shape) * n->mla->cfg.hidden);
+    qs_status s = qsi_fault_step(ctx, "mla backward");
+    if (s == QS_OK)
+        s = mla_dout(run, m, grad, &dout);
+    if (s == QS_OK)
+        s = mla_grads_alloc(ctx, n->mla, pg, &g);
+    if (s == QS_OK && !(dxv = malloc(nx * sizeof(float) + 1)))
+        s = qs_ctx_error(ctx, QS_ERR_NOMEM, "mla: out of memory");
+    g.dx = dxv;
+    if (s == QS_OK)
+        s = qsi_mla_bwd_proj(ctx, &m->blk, &m->runner, dout, &g, m->st);
+    if (s == QS_OK && m->ck)
+        s = mla_replay(run, m);
+    if (s == QS_OK)
+        s = qsi_mla_bwd_attn(ctx, &m->blk, &m->runner, &g, m->st);
+    if (s == QS_OK)
+        s = qsi_mla_bwd_up(ctx, &m->blk, &m->runner, &g, m->st);
+    if (s == QS_OK)
+        s = qsi_mla_bwd_down(ctx, &m->blk, &m->runner, m->x, &g, m->st);
+    if (s == QS_OK) {
+        qs_tensor like = {0};
+        like.dtype = m->shape.dtype;
+        like.ndim = 2;
+        like.shape[0] = qsi_mla_tokens(&m->shape);
+        like.shape[1] = n->mla->cfg.hidden;
+        s = store_like(ctx, &like, dxv, &dx);
+    }
+    if (s == QS_OK)
+        s = mla_set_grads(run, n, pg);
+    free(dout);
+    free(dxv);
+    for (int pi = 0; pi < QS_MLA_PARAM_COUNT; pi++)
+        qs_tensor_free(&pg[pi]);
+    if (s != QS_OK) {
+        qs_tensor_free(&dx);
+        return s;
+    }
+    qs_tensor_free(grad);
+    *grad = dx;
     return QS_OK;
 }
 
@@ -1062,6 +1692,9 @@ void qs_program_result_free(qs_program_result *res)
     for (int i = 0; res->grads && i < res->nops; i++)
         qs_tensor_free(&res->grads[i]);
     free(res->grads);
+    for (int i = 0; res->param_grads && i < res->nops * QS_MLA_PARAM_COUNT; i++)
+        qs_tensor_free(&res->param_grads[i]);
+    free(res->param_grads);
     qs_trace_free(&res->trace);
     memset(res, 0, sizeof *res);
 }
@@ -1088,7 +1721,9 @@ static qs_status run_alloc(qs_ctx *ctx, qsi_run *run, qs_program *p, qs_program_
     run->first_of = calloc(n, sizeof(int));
     res->nops = p->nops;
     res->grads = calloc((size_t)p->nops + 1, sizeof(qs_tensor));
-    if (!run->step_of || !run->fwd_quant || !run->fwd_kind || !run->first_of || !res->grads)
+    res->param_grads = calloc((size_t)p->nops * QS_MLA_PARAM_COUNT + 1, sizeof(qs_tensor));
+    if (!run->step_of || !run->fwd_quant || !run->fwd_kind || !run->first_of || !res->grads ||
+        !res->param_grads)
         return qs_ctx_error(ctx, QS_ERR_NOMEM, "program_run: out of memory");
     return QS_OK;
 }
@@ -1127,6 +1762,16 @@ static qs_status run_program(qsi_run *run, const qs_tensor *x, const qs_tensor *
     qs_tensor_free(&act);
     qs_tensor_free(&grad);
     return s;
+}
+
+const qs_tensor *qs_program_result_mla_grad(const qs_program_result *res, int op,
+                                            qs_mla_param param)
+{
+    if (!res || !res->param_grads || op < 0 || op >= res->nops ||
+        (unsigned)param >= QS_MLA_PARAM_COUNT)
+        return NULL;
+    const qs_tensor *t = &res->param_grads[op * QS_MLA_PARAM_COUNT + param];
+    return t->data ? t : NULL;
 }
 
 qs_status qs_program_run(qs_ctx *ctx, qs_program *p, const qs_tensor *x, const qs_tensor *dy,

@@ -2,32 +2,252 @@
  * q and kv down-projections, RMSNorm on the compressed parts, up-projections, decoupled
  * RoPE (YaRN) on the shared pe head, softmax attention (ref/sdpa.c) and the output
  * projection; plain, and absorbed (W_UK folded into the query, latent MQA, W_UV after).
- * t is a token row, h a head, d/e/c feature indices. The backward [MLA-BWD] is at the end. */
+ * Every linear goes through a runner (mla_internal.h) that runs it quantized or in high
+ * precision [MLA-LINEAR]; the stages are shared with the engine's mla op (ref/engine.c).
+ * t is a token row, h a head, d/e/c feature indices. The backward [MLA-BWD] follows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn_internal.h"
+#include "mla_internal.h"
 #include "qspec/attention.h"
+#include "qspec/format.h"
+#include "qspec/linear.h"
 #include "qspec/mathf.h"
 
-/* ---------------------------------------------------------------- pieces */
+/* ---------------------------------------------------------------- names */
 
-/* The high-precision linear y[t, o] = round_dt(sum_i x[t, i] w[o, i]), FP32 sum in
- * increasing i [MLA-LINEAR]. This is where the quantized linear (include/qspec/linear.h,
- * qs_linear_forward under the active recipe) plugs in for the down, up (plain form) and
- * output projections; the absorbed W_UK / W_UV einsums stay on this high-precision path. */
-static void qsi_mla_linear(int64_t rows, int64_t in, int64_t out, const float *x, const float *w,
-                           float *y, qs_dtype dt)
+static const char *const linear_names[QS_MLA_LINEAR_COUNT] = {
+    "q_down", "q_up", "q_proj", "kv_down", "kv_up", "k_up", "v_up", "out_proj"};
+static const char *const param_names[QS_MLA_PARAM_COUNT] = {
+    "w_dq", "q_norm", "w_uq", "w_q", "w_dkv", "kv_norm", "w_ukv", "w_uk", "w_uv", "w_o"};
+
+const char *qs_mla_linear_name(qs_mla_linear l)
 {
-    for (int64_t t = 0; t < rows; t++)
-        for (int64_t o = 0; o < out; o++) {
+    return (unsigned)l < QS_MLA_LINEAR_COUNT ? linear_names[l] : NULL;
+}
+
+const char *qs_mla_param_name(qs_mla_param p)
+{
+    return (unsigned)p < QS_MLA_PARAM_COUNT ? param_names[p] : NULL;
+}
+
+int qs_mla_param_from_name(const char *name)
+{
+    for (int p = 0; name && p < QS_MLA_PARAM_COUNT; p++)
+        if (strcmp(name, param_names[p]) == 0)
+            return p;
+    return -1;
+}
+
+int qs_mla_linear_used(const qs_mla_config *cfg, int split, qs_mla_linear l)
+{
+    if (cfg == NULL)
+        return 0;
+    int lora = cfg->q_lora_rank > 0, plain = !cfg->absorbed;
+    switch (l) {
+    case QS_MLA_Q_DOWN:
+    case QS_MLA_Q_UP:
+        return lora;
+    case QS_MLA_Q_PROJ:
+        return !lora;
+    case QS_MLA_KV_DOWN:
+    case QS_MLA_OUT_PROJ:
+        return 1;
+    case QS_MLA_KV_UP:
+        return plain && !split;
+    case QS_MLA_K_UP:
+    case QS_MLA_V_UP:
+        return plain && split;
+    default:
+        return 0;
+    }
+}
+
+int qs_mla_param_shape(const qs_mla_config *cfg, int split, qs_mla_param p, int64_t shape[2])
+{
+    if (cfg == NULL || shape == NULL)
+        return 0;
+    int64_t n = cfg->heads, rq = cfg->q_lora_rank, rkv = cfg->kv_lora_rank, hid = cfg->hidden;
+    int64_t dq = cfg->dn + cfg->dr, r = 0, c = 0;
+    int lora = rq > 0, nd = 2;
+    switch (p) {
+    case QS_MLA_W_DQ:
+        r = lora ? rq : 0, c = hid;
+        break;
+    case QS_MLA_Q_NORM:
+        r = lora ? rq : 0, nd = 1;
+        break;
+    case QS_MLA_W_UQ:
+        r = lora ? n * dq : 0, c = rq;
+        break;
+    case QS_MLA_W_Q:
+        r = lora ? 0 : n * dq, c = hid;
+        break;
+    case QS_MLA_W_DKV:
+        r = rkv + cfg->dr, c = hid;
+        break;
+    case QS_MLA_KV_NORM:
+        r = rkv, nd = 1;
+        break;
+    case QS_MLA_W_UKV:
+        r = split ? 0 : n * (cfg->dn + cfg->dv), c = rkv;
+        break;
+    case QS_MLA_W_UK:
+        r = split ? n * cfg->dn : 0, c = rkv;
+        break;
+    case QS_MLA_W_UV:
+        r = split ? n * cfg->dv : 0, c = rkv;
+        break;
+    case QS_MLA_W_O:
+        r = hid, c = n * cfg->dv;
+        break;
+    default:
+        return 0;
+    }
+    if (r == 0)
+        return 0;
+    shape[0] = r;
+    shape[1] = nd == 2 ? c : 0;
+    return nd;
+}
+
+/* ---------------------------------------------------------------- the linears */
+
+void qsi_mla_lin_hp_fwd(const qsi_mla_call *c)
+{
+    for (int64_t t = 0; t < c->rows; t++)
+        for (int64_t o = 0; o < c->out; o++) {
             float acc = 0.0f;
-            for (int64_t i = 0; i < in; i++)
-                acc = acc + x[t * in + i] * w[o * in + i];
-            y[t * out + o] = qsi_attn_round(dt, acc);
+            for (int64_t i = 0; i < c->in; i++)
+                acc = acc + c->x[t * c->in + i] * c->w[o * c->in + i];
+            c->y[t * c->out + o] = qsi_attn_round(c->dt, acc);
         }
 }
+
+void qsi_mla_lin_hp_bwd(const qsi_mla_call *c)
+{
+    for (int64_t t = 0; t < c->rows; t++)
+        for (int64_t i = 0; i < c->in; i++) {
+            float acc = 0.0f;
+            for (int64_t o = 0; o < c->out; o++)
+                acc = acc + c->dy[t * c->out + o] * c->w[o * c->in + i];
+            c->dx[t * c->in + i] = qsi_attn_round(c->dt, acc);
+        }
+    for (int64_t o = 0; o < c->out; o++)
+        for (int64_t i = 0; i < c->in; i++) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < c->rows; t++)
+                acc = acc + c->dy[t * c->out + o] * c->x[t * c->in + i];
+            c->dw[o * c->in + i] = acc;
+        }
+}
+
+/* A [rows, cols] tensor of dtype dt holding the values v (exact: v are dt values). */
+static qs_status qsi_mla_tensor(qs_ctx *ctx, qs_dtype dt, int64_t rows, int64_t cols,
+                                const float *v, qs_tensor *t)
+{
+    int64_t shape[2] = {rows, cols};
+    qs_status s = qs_tensor_alloc(ctx, t, dt, 2, shape);
+    for (size_t i = 0; s == QS_OK && i < t->numel; i++) {
+        if (dt == QS_BF16)
+            ((uint16_t *)t->data)[i] = qs_f32_to_bf16(v[i]);
+        else if (dt == QS_FP16)
+            ((uint16_t *)t->data)[i] = qs_f32_to_f16(v[i]);
+        else
+            ((float *)t->data)[i] = v[i];
+    }
+    return s;
+}
+
+/* The values of a BF16, FP16 or FP32 tensor. */
+static void qsi_mla_values(const qs_tensor *t, float *v)
+{
+    for (size_t i = 0; i < t->numel; i++) {
+        if (t->dtype == QS_BF16)
+            v[i] = qs_bf16_to_f32(((const uint16_t *)t->data)[i]);
+        else if (t->dtype == QS_FP16)
+            v[i] = qs_f16_to_f32(((const uint16_t *)t->data)[i]);
+        else
+            v[i] = ((const float *)t->data)[i];
+    }
+}
+
+/* [MLA-LINEAR-QUANT]: x is handed over in the activation dtype, w as FP32 (its values
+ * exactly). With no rows there is nothing to quantize: the high-precision linear gives
+ * the same (empty) result. */
+qs_status qsi_mla_lin_q_fwd(qs_ctx *ctx, const qsi_mla_call *c, qs_quantizer *qx, qs_quantizer *qw,
+                            qsi_mla_saved *sv)
+{
+    if (c->rows == 0) {
+        qsi_mla_lin_hp_fwd(c);
+        return QS_OK;
+    }
+    qs_tensor xt = {0}, wt = {0}, yt = {0};
+    qs_linear_options opt;
+    qs_linear_options_default(&opt, qx->cfg.kind);
+    opt.out_dtype = c->dt;
+    qs_status s = qsi_mla_tensor(ctx, c->dt, c->rows, c->in, c->x, &xt);
+    if (s == QS_OK)
+        s = qsi_mla_tensor(ctx, QS_FP32, c->out, c->in, c->w, &wt);
+    if (s == QS_OK)
+        s = qs_linear_forward(ctx, &opt, qx, qw, &xt, &wt, &yt, &sv->xq, &sv->wq);
+    if (s == QS_OK)
+        qsi_mla_values(&yt, c->y);
+    qs_tensor_free(&xt);
+    qs_tensor_free(&wt);
+    qs_tensor_free(&yt);
+    return s;
+}
+
+/* [MLA-LINEAR-QUANT]: dgrad and wgrad in FP32; dx is then rounded to dt (for the default
+ * accumulation models the GEMM's own rounding to dt gives the same bits). */
+qs_status qsi_mla_lin_q_bwd(qs_ctx *ctx, const qsi_mla_call *c, qs_quantizer *qdy,
+                            const qsi_mla_saved *sv)
+{
+    if (c->rows == 0) {
+        qsi_mla_lin_hp_bwd(c);
+        return QS_OK;
+    }
+    qs_tensor dyt = {0}, dxt = {0}, dwt = {0};
+    qs_linear_options opt;
+    qs_linear_options_default(&opt, sv->kind);
+    opt.out_dtype = QS_FP32;
+    qs_status s = qsi_mla_tensor(ctx, c->dt, c->rows, c->out, c->dy, &dyt);
+    if (s == QS_OK)
+        s = qs_linear_backward(ctx, &opt, qdy, &dyt, &sv->xq, &sv->wq, &dxt, &dwt);
+    if (s == QS_OK) {
+        qsi_mla_values(&dxt, c->dx);
+        qsi_mla_values(&dwt, c->dw);
+        for (int64_t e = 0; e < c->rows * c->in; e++)
+            c->dx[e] = qsi_attn_round(c->dt, c->dx[e]);
+    }
+    qs_tensor_free(&dyt);
+    qs_tensor_free(&dxt);
+    qs_tensor_free(&dwt);
+    return s;
+}
+
+qs_status qsi_mla_lin_calibrate(qs_ctx *ctx, const qsi_mla_call *c, qs_quantizer *qx,
+                                qs_quantizer *qw)
+{
+    if (c->rows == 0)
+        return QS_OK;
+    qs_tensor xt = {0}, wt = {0};
+    qs_status s = qsi_mla_tensor(ctx, c->dt, c->rows, c->in, c->x, &xt);
+    if (s == QS_OK)
+        s = qsi_mla_tensor(ctx, QS_FP32, c->out, c->in, c->w, &wt);
+    if (s == QS_OK)
+        s = qs_delayed_calibrate(ctx, qx, &xt);
+    if (s == QS_OK)
+        s = qs_delayed_calibrate(ctx, qw, &wt);
+    qs_tensor_free(&xt);
+    qs_tensor_free(&wt);
+    return s;
+}
+
+/* ---------------------------------------------------------------- pieces */
 
 /* RMSNorm of each row [MLA-NORM]: y_i = round_dt(fl(fl(x_i * rstd) * w_i)),
  * rstd = rsqrt(fl(sum x^2 / n) + eps); x rows have stride ld. */
@@ -142,7 +362,7 @@ qs_status qs_mla_rope(qs_ctx *ctx, const qs_mla_config *cfg, qs_dtype dtype, int
 
 /* ---------------------------------------------------------------- checks and geometry */
 
-static int64_t qsi_mla_tokens(const qs_mla_shape *sh)
+int64_t qsi_mla_tokens(const qs_mla_shape *sh)
 {
     return sh->layout == QS_ATTN_THD ? sh->s : sh->b * sh->s;
 }
@@ -161,9 +381,11 @@ static void qsi_mla_positions(const qs_mla_shape *sh, int64_t *pos)
             pos[r] = r - sh->cu_seqlens[n];
 }
 
-static qs_status qsi_mla_check(qs_ctx *ctx, const char *fn, const qs_mla_config *c,
-                               const qs_mla_shape *sh, const qs_mla_weights *w)
+qs_status qsi_mla_check(qs_ctx *ctx, const char *fn, const qsi_mla_block *b)
 {
+    const qs_mla_config *c = b->cfg;
+    const qs_mla_shape *sh = b->shape;
+    const qs_mla_weights *w = b->w;
     if (c == NULL || sh == NULL || w == NULL)
         return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "%s: NULL cfg, shape or weights", fn);
     if (c->hidden < 1 || c->heads < 1 || c->q_lora_rank < 0 || c->kv_lora_rank < 1 || c->dn < 1 ||
@@ -183,8 +405,6 @@ static qs_status qsi_mla_check(qs_ctx *ctx, const char *fn, const qs_mla_config 
     return st;
 }
 
-/* ---------------------------------------------------------------- mla_up_proj */
-
 /* Head h's W_UK row d (rkv values) and W_UV row e, from combined or split weights. */
 static const float *qsi_mla_wuk(const qs_mla_config *c, const qs_mla_weights *w, int64_t h,
                                 int64_t d)
@@ -199,128 +419,318 @@ static const float *qsi_mla_wuv(const qs_mla_config *c, const qs_mla_weights *w,
     return (w->w_ukv != NULL ? w->w_ukv : w->w_uv) + r * c->kv_lora_rank;
 }
 
-/* Plain keys and values: [k_nope_h | k_pe rotated] and v_h from c_kv W_UK^T, W_UV^T. */
-static void qsi_mla_plain_kv(const qs_mla_config *c, const qs_mla_weights *w, int64_t T,
-                             qs_dtype dt, const float *ckv, const float *kpe, float *key,
-                             float *value)
+/* ---------------------------------------------------------------- the state */
+
+struct qsi_mla_state {
+    int64_t T;
+    int64_t *pos;
+    float inv[512];
+    const float *q_in, *ckv_in, *kpe_in; /* the region's inputs */
+    /* down-projections: c_q (pre-norm), [c_kv | k_pe] and its two parts */
+    float *cq, *kvc, *ckv, *kpe0;
+    /* the region: normed c_q, q, c, rotated k_pe, the K/V up outputs (combined or split),
+     * and its outputs query, key, value */
+    float *cqn, *q, *c, *kpe, *kvu, *ku, *vu, *query, *key, *value;
+    /* after the region: the attention output and (absorbed) lat W_UV^T */
+    float *att, *o;
+    qsi_mla_saved sv[QS_MLA_LINEAR_COUNT];
+    /* backward */
+    float *d_o, *d_att, *d_query, *d_key, *d_value, *d_q, *d_cqn, *d_cq, *d_kvu, *d_ku, *d_vu;
+    float *d_c, *d_ck, *d_cv, *d_ckv, *d_kvc, *dx_q, *dx_kv;
+};
+
+/* Geometry of the block. */
+typedef struct qsi_mla_dims {
+    int64_t T, H, rq, rkv, dr, dn, dv, dqin, dq, hk, dvv, nkv, hid;
+} qsi_mla_dims;
+
+static qsi_mla_dims qsi_mla_dims_of(const qsi_mla_block *b)
 {
-    int64_t dq = c->dn + c->dr, rkv = c->kv_lora_rank;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < c->heads; h++) {
-            float *kr = key + (t * c->heads + h) * dq;
-            for (int64_t d = 0; d < c->dn; d++)
-                qsi_mla_linear(1, rkv, 1, ckv + t * rkv, qsi_mla_wuk(c, w, h, d), kr + d, dt);
-            memcpy(kr + c->dn, kpe + t * c->dr, (size_t)c->dr * sizeof(float));
-            for (int64_t e = 0; e < c->dv; e++)
-                qsi_mla_linear(1, rkv, 1, ckv + t * rkv, qsi_mla_wuv(c, w, h, e),
-                               value + (t * c->heads + h) * c->dv + e, dt);
-        }
+    const qs_mla_config *c = b->cfg;
+    qsi_mla_dims d;
+    d.T = qsi_mla_tokens(b->shape);
+    d.H = c->heads, d.rq = c->q_lora_rank, d.rkv = c->kv_lora_rank, d.dr = c->dr;
+    d.dn = c->dn, d.dv = c->dv, d.dqin = c->dn + c->dr, d.hid = c->hidden;
+    d.dq = c->absorbed ? d.rkv + d.dr : d.dqin;
+    d.hk = c->absorbed ? 1 : d.H;
+    d.dvv = c->absorbed ? d.rkv : d.dv;
+    d.nkv = d.H * (d.dn + d.dv);
+    return d;
+}
+
+qs_status qsi_mla_state_new(qs_ctx *ctx, const char *fn, const qsi_mla_block *b,
+                            qsi_mla_state **out)
+{
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    qsi_mla_state *st = calloc(1, sizeof *st);
+    if (st == NULL)
+        return qs_ctx_error(ctx, QS_ERR_NOMEM, "%s: out of memory", fn);
+    st->T = d.T;
+    float **p[] = {&st->cq,      &st->kvc,   &st->ckv,     &st->kpe0, &st->cqn,   &st->q,
+                   &st->c,       &st->kpe,   &st->kvu,     &st->ku,   &st->vu,    &st->query,
+                   &st->key,     &st->value, &st->att,     &st->o,    &st->d_o,   &st->d_att,
+                   &st->d_query, &st->d_key, &st->d_value, &st->d_q,  &st->d_cqn, &st->d_cq,
+                   &st->d_kvu,   &st->d_ku,  &st->d_vu,    &st->d_c,  &st->d_ck,  &st->d_cv,
+                   &st->d_ckv,   &st->d_kvc, &st->dx_q,    &st->dx_kv};
+    int64_t n[] = {d.rq,        d.rkv + d.dr, d.rkv,        d.dr,         d.rq,       d.H * d.dqin,
+                   d.rkv,       d.dr,         d.nkv,        d.H * d.dn,   d.H * d.dv, d.H * d.dq,
+                   d.hk * d.dq, d.hk * d.dvv, d.H * d.dvv,  d.H * d.dv,   d.H * d.dv, d.H * d.dvv,
+                   d.H * d.dq,  d.hk * d.dq,  d.hk * d.dvv, d.H * d.dqin, d.rq,       d.rq,
+                   d.nkv,       d.H * d.dn,   d.H * d.dv,   d.rkv,        d.rkv,      d.rkv,
+                   d.rkv,       d.rkv + d.dr, d.hid,        d.hid};
+    int bad = 0;
+    for (size_t e = 0; e < sizeof n / sizeof n[0]; e++) {
+        *p[e] = malloc(((size_t)(d.T * n[e]) + 1) * sizeof(float));
+        bad |= *p[e] == NULL;
+    }
+    st->pos = malloc(((size_t)d.T + 1) * sizeof(int64_t));
+    qs_status s = QS_OK;
+    if (bad || st->pos == NULL)
+        s = qs_ctx_error(ctx, QS_ERR_NOMEM, "%s: out of memory", fn);
+    if (s == QS_OK) {
+        qsi_mla_positions(b->shape, st->pos);
+        s = qs_mla_rope_inv_freq(ctx, b->cfg, st->inv, NULL, NULL);
+    }
+    if (s != QS_OK) {
+        qsi_mla_state_free(st);
+        return s;
+    }
+    *out = st;
+    return QS_OK;
+}
+
+static void qsi_mla_saved_free(qsi_mla_saved *sv)
+{
+    qs_quantized_free(&sv->xq);
+    qs_quantized_free(&sv->wq);
+}
+
+void qsi_mla_state_free(qsi_mla_state *st)
+{
+    if (st == NULL)
+        return;
+    float *p[] = {st->cq,   st->kvc,   st->ckv,   st->kpe0,  st->cqn,     st->q,     st->c,
+                  st->kpe,  st->kvu,   st->ku,    st->vu,    st->query,   st->key,   st->value,
+                  st->att,  st->o,     st->d_o,   st->d_att, st->d_query, st->d_key, st->d_value,
+                  st->d_q,  st->d_cqn, st->d_cq,  st->d_kvu, st->d_ku,    st->d_vu,  st->d_c,
+                  st->d_ck, st->d_cv,  st->d_ckv, st->d_kvc, st->dx_q,    st->dx_kv};
+    for (size_t e = 0; e < sizeof p / sizeof p[0]; e++)
+        free(p[e]);
+    for (int l = 0; l < QS_MLA_LINEAR_COUNT; l++)
+        qsi_mla_saved_free(&st->sv[l]);
+    free(st->pos);
+    free(st);
+}
+
+/* A call of linear l over rows T (forward: x -> y; backward: dy -> dx, dw). */
+static qsi_mla_call qsi_mla_mkcall(const qsi_mla_block *b, qs_mla_linear l, int64_t in, int64_t out,
+                                   const float *x, const float *w)
+{
+    qsi_mla_call c;
+    memset(&c, 0, sizeof c);
+    c.lin = l;
+    c.rows = qsi_mla_tokens(b->shape);
+    c.in = in;
+    c.out = out;
+    c.dt = b->shape->dtype;
+    c.x = x;
+    c.w = w;
+    return c;
+}
+
+static qs_status qsi_mla_run_fwd(const qsi_mla_runner *r, qsi_mla_call *c, qsi_mla_state *st,
+                                 float *y)
+{
+    c->y = y;
+    qsi_mla_saved_free(&st->sv[c->lin]);
+    memset(&st->sv[c->lin], 0, sizeof st->sv[c->lin]);
+    return r->fwd(r->arg, c, &st->sv[c->lin]);
+}
+
+static qs_status qsi_mla_run_bwd(const qsi_mla_runner *r, qsi_mla_call *c, qsi_mla_state *st,
+                                 const float *dy, float *dx, float *dw)
+{
+    c->dy = dy;
+    c->dx = dx;
+    c->dw = dw;
+    return r->bwd(r->arg, c, &st->sv[c->lin]);
+}
+
+static qs_status qsi_mla_note(const qsi_mla_runner *r, qsi_mla_einsum e, int backward)
+{
+    return r->einsum != NULL ? r->einsum(r->arg, e, backward) : QS_OK;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+qs_status qsi_mla_fwd_down(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
+                           const float *x, qsi_mla_state *st)
+{
+    (void)ctx;
+    const qs_mla_config *c = b->cfg;
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    qs_status s = QS_OK;
+    st->q_in = x;
+    if (d.rq > 0) { /* [MLA-Q-PATH] */
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_Q_DOWN, d.hid, d.rq, x, b->w->w_dq);
+        s = qsi_mla_run_fwd(r, &k, st, st->cq);
+        st->q_in = st->cq;
+    }
+    if (s == QS_OK) { /* [MLA-KV-PATH] */
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_KV_DOWN, d.hid, d.rkv + d.dr, x, b->w->w_dkv);
+        s = qsi_mla_run_fwd(r, &k, st, st->kvc);
+    }
+    for (int64_t t = 0; s == QS_OK && t < d.T; t++) {
+        memcpy(st->ckv + t * d.rkv, st->kvc + t * (d.rkv + d.dr), (size_t)d.rkv * sizeof(float));
+        memcpy(st->kpe0 + t * d.dr, st->kvc + t * (d.rkv + d.dr) + d.rkv,
+               (size_t)c->dr * sizeof(float));
+    }
+    st->ckv_in = st->ckv;
+    st->kpe_in = st->kpe0;
+    return s;
 }
 
 /* Absorbed query part: q_abs[t, h, c] = round_dt(sum_d q_nope[t, h, d] W_UK[h][d][c]). */
-static void qsi_mla_absorb_q(const qs_mla_config *c, const qs_mla_weights *w, int64_t T,
-                             qs_dtype dt, const float *q, float *query)
+static void qsi_mla_absorb_q(const qsi_mla_block *b, const qsi_mla_dims *d, const float *q,
+                             float *query)
 {
-    int64_t dqin = c->dn + c->dr, rkv = c->kv_lora_rank, dq = rkv + c->dr;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < c->heads; h++)
-            for (int64_t cc = 0; cc < rkv; cc++) {
+    for (int64_t t = 0; t < d->T; t++)
+        for (int64_t h = 0; h < d->H; h++)
+            for (int64_t cc = 0; cc < d->rkv; cc++) {
                 float acc = 0.0f;
-                for (int64_t d = 0; d < c->dn; d++)
-                    acc = acc + q[(t * c->heads + h) * dqin + d] * qsi_mla_wuk(c, w, h, d)[cc];
-                query[(t * c->heads + h) * dq + cc] = qsi_attn_round(dt, acc);
+                for (int64_t e = 0; e < d->dn; e++)
+                    acc =
+                        acc + q[(t * d->H + h) * d->dqin + e] * qsi_mla_wuk(b->cfg, b->w, h, e)[cc];
+                query[(t * d->H + h) * d->dq + cc] = qsi_attn_round(b->shape->dtype, acc);
             }
 }
 
-/* Scratch of the up-projection region. */
-typedef struct qsi_mla_upw {
-    float *cqn, *q, *ckv, *kpe, inv[512];
-    int64_t *pos;
-} qsi_mla_upw;
-
-static void qsi_mla_up_compute(const qs_mla_config *c, const qs_mla_shape *sh,
-                               const qs_mla_weights *w, const float *q_in, const float *c_kv,
-                               const float *k_pe, float *query, float *key, float *value,
-                               qsi_mla_upw *u)
+/* The plain K/V up-projection [MLA-LINEAR]: one kv_up linear over the combined rows, or
+ * k_up and v_up over the split ones [MLA-SPLIT-KV]; then key = [k_nope_h | RoPE(k_pe)],
+ * value = v_h. */
+static qs_status qsi_mla_plain_kv(const qsi_mla_block *b, const qsi_mla_dims *d,
+                                  const qsi_mla_runner *r, qsi_mla_state *st)
 {
-    int64_t T = qsi_mla_tokens(sh), dqin = c->dn + c->dr, rkv = c->kv_lora_rank;
-    qs_dtype dt = sh->dtype;
-    int64_t dq = c->absorbed ? rkv + c->dr : dqin;
-    if (c->q_lora_rank > 0) { /* [MLA-Q-PATH] */
-        qsi_mla_rmsnorm(T, c->q_lora_rank, c->q_lora_rank, q_in, w->q_norm, c->norm_eps, u->cqn,
-                        dt);
-        qsi_mla_linear(T, c->q_lora_rank, c->heads * dqin, u->cqn, w->w_uq, u->q, dt);
+    const qs_mla_weights *w = b->w;
+    qs_status s;
+    if (w->w_ukv != NULL) {
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_KV_UP, d->rkv, d->nkv, st->c, w->w_ukv);
+        s = qsi_mla_run_fwd(r, &k, st, st->kvu);
     } else {
-        qsi_mla_linear(T, c->hidden, c->heads * dqin, q_in, w->w_q, u->q, dt);
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_K_UP, d->rkv, d->H * d->dn, st->c, w->w_uk);
+        qsi_mla_call v = qsi_mla_mkcall(b, QS_MLA_V_UP, d->rkv, d->H * d->dv, st->c, w->w_uv);
+        s = qsi_mla_run_fwd(r, &k, st, st->ku);
+        if (s == QS_OK)
+            s = qsi_mla_run_fwd(r, &v, st, st->vu);
     }
-    qsi_mla_rmsnorm(T, rkv, rkv, c_kv, w->kv_norm, c->norm_eps, u->ckv, dt); /* [MLA-KV-PATH] */
-    for (int64_t t = 0; t < T; t++)
-        qsi_mla_rope_apply(c, dt, u->inv, u->pos[t], k_pe + t * c->dr, u->kpe + t * c->dr);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < c->heads; h++) {
-            const float *qr = u->q + (t * c->heads + h) * dqin;
-            float *out = query + (t * c->heads + h) * dq;
+    for (int64_t t = 0; s == QS_OK && t < d->T; t++)
+        for (int64_t h = 0; h < d->H; h++) {
+            float *kr = st->key + (t * d->H + h) * d->dq, *vr = st->value + (t * d->H + h) * d->dv;
+            const float *kn = w->w_ukv != NULL ? st->kvu + t * d->nkv + h * (d->dn + d->dv)
+                                               : st->ku + (t * d->H + h) * d->dn;
+            const float *vn = w->w_ukv != NULL ? kn + d->dn : st->vu + (t * d->H + h) * d->dv;
+            memcpy(kr, kn, (size_t)d->dn * sizeof(float));
+            memcpy(kr + d->dn, st->kpe + t * d->dr, (size_t)d->dr * sizeof(float));
+            memcpy(vr, vn, (size_t)d->dv * sizeof(float));
+        }
+    return s;
+}
+
+qs_status qsi_mla_fwd_up(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
+                         qsi_mla_state *st)
+{
+    (void)ctx;
+    const qs_mla_config *c = b->cfg;
+    const qs_mla_weights *w = b->w;
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    qs_dtype dt = b->shape->dtype;
+    qs_status s;
+    if (d.rq > 0) { /* [MLA-Q-PATH] */
+        qsi_mla_rmsnorm(d.T, d.rq, d.rq, st->q_in, w->q_norm, c->norm_eps, st->cqn, dt);
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_Q_UP, d.rq, d.H * d.dqin, st->cqn, w->w_uq);
+        s = qsi_mla_run_fwd(r, &k, st, st->q);
+    } else {
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_Q_PROJ, d.hid, d.H * d.dqin, st->q_in, w->w_q);
+        s = qsi_mla_run_fwd(r, &k, st, st->q);
+    }
+    if (s != QS_OK)
+        return s;
+    qsi_mla_rmsnorm(d.T, d.rkv, d.rkv, st->ckv_in, w->kv_norm, c->norm_eps, st->c, dt);
+    for (int64_t t = 0; t < d.T; t++) /* [MLA-ROPE] */
+        qsi_mla_rope_apply(c, dt, st->inv, st->pos[t], st->kpe_in + t * d.dr, st->kpe + t * d.dr);
+    for (int64_t t = 0; t < d.T; t++)
+        for (int64_t h = 0; h < d.H; h++) {
+            const float *qr = st->q + (t * d.H + h) * d.dqin;
+            float *out = st->query + (t * d.H + h) * d.dq;
             if (!c->absorbed)
-                memcpy(out, qr, (size_t)c->dn * sizeof(float));
-            qsi_mla_rope_apply(c, dt, u->inv, u->pos[t], qr + c->dn, out + dq - c->dr);
+                memcpy(out, qr, (size_t)d.dn * sizeof(float));
+            qsi_mla_rope_apply(c, dt, st->inv, st->pos[t], qr + d.dn, out + d.dq - d.dr);
         }
-    if (c->absorbed) { /* [MLA-ABSORBED] */
-        qsi_mla_absorb_q(c, w, T, dt, u->q, query);
-        for (int64_t t = 0; t < T; t++) {
-            memcpy(key + t * dq, u->ckv + t * rkv, (size_t)rkv * sizeof(float));
-            memcpy(key + t * dq + rkv, u->kpe + t * c->dr, (size_t)c->dr * sizeof(float));
-            memcpy(value + t * rkv, u->ckv + t * rkv, (size_t)rkv * sizeof(float));
-        }
-    } else {
-        qsi_mla_plain_kv(c, w, T, dt, u->ckv, u->kpe, key, value);
+    if (!c->absorbed)
+        return qsi_mla_plain_kv(b, &d, r, st);
+    s = qsi_mla_note(r, QSI_MLA_K_ABSORB, 0); /* [MLA-ABSORBED] [MLA-ABSORBED-HP] */
+    if (s != QS_OK)
+        return s;
+    qsi_mla_absorb_q(b, &d, st->q, st->query);
+    for (int64_t t = 0; t < d.T; t++) {
+        memcpy(st->key + t * d.dq, st->c + t * d.rkv, (size_t)d.rkv * sizeof(float));
+        memcpy(st->key + t * d.dq + d.rkv, st->kpe + t * d.dr, (size_t)d.dr * sizeof(float));
+        memcpy(st->value + t * d.rkv, st->c + t * d.rkv, (size_t)d.rkv * sizeof(float));
+    }
+    return QS_OK;
+}
+
+static uint64_t qsi_mla_fnv(uint64_t h, const float *v, int64_t n)
+{
+    for (int64_t e = 0; e < n; e++) {
+        uint32_t u = qs_f32_bits(v[e]);
+        for (int k = 0; k < 4; k++)
+            h = (h ^ ((u >> (8 * k)) & 0xffu)) * 1099511628211ull;
+    }
+    return h;
+}
+
+uint64_t qsi_mla_up_digest(const qsi_mla_block *b, const qsi_mla_state *st)
+{
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    uint64_t h = 14695981039346656037ull;
+    h = qsi_mla_fnv(h, st->query, d.T * d.H * d.dq);
+    h = qsi_mla_fnv(h, st->key, d.T * d.hk * d.dq);
+    return qsi_mla_fnv(h, st->value, d.T * d.hk * d.dvv);
+}
+
+static void qsi_mla_poison(float *v, int64_t n)
+{
+    for (int64_t e = 0; e < n; e++)
+        v[e] = NAN;
+}
+
+void qsi_mla_up_discard(const qsi_mla_block *b, qsi_mla_state *st)
+{
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    qsi_mla_poison(st->cqn, d.T * d.rq);
+    qsi_mla_poison(st->q, d.T * d.H * d.dqin);
+    qsi_mla_poison(st->c, d.T * d.rkv);
+    qsi_mla_poison(st->kpe, d.T * d.dr);
+    qsi_mla_poison(st->kvu, d.T * d.nkv);
+    qsi_mla_poison(st->ku, d.T * d.H * d.dn);
+    qsi_mla_poison(st->vu, d.T * d.H * d.dv);
+    qsi_mla_poison(st->query, d.T * d.H * d.dq);
+    qsi_mla_poison(st->key, d.T * d.hk * d.dq);
+    qsi_mla_poison(st->value, d.T * d.hk * d.dvv);
+    const qs_mla_linear region[] = {QS_MLA_Q_UP, QS_MLA_Q_PROJ, QS_MLA_KV_UP, QS_MLA_K_UP,
+                                    QS_MLA_V_UP};
+    for (size_t e = 0; e < sizeof region / sizeof region[0]; e++) {
+        qsi_mla_saved_free(&st->sv[region[e]]);
+        memset(&st->sv[region[e]], 0, sizeof st->sv[region[e]]);
     }
 }
 
-/* Allocates the region's scratch and fills the inverse frequencies and positions. */
-static qs_status qsi_mla_upw_alloc(qs_ctx *ctx, const char *fn, const qs_mla_config *cfg,
-                                   const qs_mla_shape *shape, qsi_mla_upw *u)
+/* The SDPA parameters of the block's attention [MLA-ATTN] [MLA-ABSORBED]. */
+static qs_sdpa_params qsi_mla_sdpa(const qsi_mla_block *b)
 {
-    size_t T = (size_t)qsi_mla_tokens(shape), rq = (size_t)cfg->q_lora_rank;
-    u->cqn = malloc((T * rq + 1) * sizeof(float));
-    u->q = malloc((T * (size_t)(cfg->heads * (cfg->dn + cfg->dr)) + 1) * sizeof(float));
-    u->ckv = malloc((T * (size_t)cfg->kv_lora_rank + 1) * sizeof(float));
-    u->kpe = malloc((T * (size_t)cfg->dr + 1) * sizeof(float));
-    u->pos = malloc((T + 1) * sizeof(int64_t));
-    if (!u->cqn || !u->q || !u->ckv || !u->kpe || !u->pos)
-        return qs_ctx_error(ctx, QS_ERR_NOMEM, "%s: out of memory", fn);
-    qsi_mla_positions(shape, u->pos);
-    return qs_mla_rope_inv_freq(ctx, cfg, u->inv, NULL, NULL);
-}
-
-static void qsi_mla_upw_free(qsi_mla_upw *u)
-{
-    free(u->cqn), free(u->q), free(u->ckv), free(u->kpe), free(u->pos);
-}
-
-qs_status qs_mla_up_proj(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
-                         const qs_mla_weights *w, const float *q_in, const float *c_kv,
-                         const float *k_pe, float *query, float *key, float *value)
-{
-    const char *fn = "qs_mla_up_proj";
-    qs_status st = qsi_mla_check(ctx, fn, cfg, shape, w);
-    if (st != QS_OK)
-        return st;
-    if (!q_in || !c_kv || !k_pe || !query || !key || !value)
-        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "%s: a tensor argument is NULL", fn);
-    qsi_mla_upw u;
-    st = qsi_mla_upw_alloc(ctx, fn, cfg, shape, &u);
-    if (st == QS_OK)
-        qsi_mla_up_compute(cfg, shape, w, q_in, c_kv, k_pe, query, key, value, &u);
-    qsi_mla_upw_free(&u);
-    return st;
-}
-
-/* ---------------------------------------------------------------- the block */
-
-/* The attention of the block over query/key/value [MLA-ATTN]. */
-static qs_status qsi_mla_attend(qs_ctx *ctx, const qs_mla_config *c, const qs_mla_shape *sh,
-                                const float *query, const float *key, const float *value, float *o)
-{
+    const qs_mla_config *c = b->cfg;
+    const qs_mla_shape *sh = b->shape;
     qs_sdpa_params p;
     memset(&p, 0, sizeof p);
     p.layout = sh->layout;
@@ -334,132 +744,39 @@ static qs_status qsi_mla_attend(qs_ctx *ctx, const qs_mla_config *c, const qs_ml
     p.dv = c->absorbed ? c->kv_lora_rank : c->dv;
     p.scale = qs_mla_softmax_scale(c);
     p.dtype = sh->dtype;
-    return qs_sdpa_fwd(ctx, &p, query, key, value, o, NULL);
+    return p;
 }
 
-/* Absorbed output: o[t, h, e] = round_dt(sum_c lat[t, h, c] W_UV[h][e][c]). */
-static void qsi_mla_absorb_out(const qs_mla_config *c, const qs_mla_weights *w, int64_t T,
-                               qs_dtype dt, const float *lat, float *o)
+qs_status qsi_mla_fwd_out(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
+                          qsi_mla_state *st, float *out)
 {
-    int64_t rkv = c->kv_lora_rank;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < c->heads; h++)
-            for (int64_t e = 0; e < c->dv; e++)
-                qsi_mla_linear(1, rkv, 1, lat + (t * c->heads + h) * rkv, qsi_mla_wuv(c, w, h, e),
-                               o + (t * c->heads + h) * c->dv + e, dt);
-}
-
-/* Buffers of the block. */
-typedef struct qsi_mla_blk {
-    float *cq, *kvc, *ckv, *kpe, *query, *key, *value, *att, *o;
-} qsi_mla_blk;
-
-static qs_status qsi_mla_blk_alloc(qs_ctx *ctx, const qs_mla_config *c, size_t T, qsi_mla_blk *b)
-{
-    size_t H = (size_t)c->heads, rkv = (size_t)c->kv_lora_rank, dr = (size_t)c->dr;
-    size_t dq = c->absorbed ? rkv + dr : (size_t)(c->dn + c->dr);
-    size_t dvv = c->absorbed ? rkv : (size_t)c->dv, hk = c->absorbed ? 1 : H;
-    size_t rq = c->q_lora_rank > 0 ? (size_t)c->q_lora_rank : (size_t)c->hidden;
-    b->cq = malloc((T * rq + 1) * sizeof(float));
-    b->kvc = malloc((T * (rkv + dr) + 1) * sizeof(float));
-    b->ckv = malloc((T * rkv + 1) * sizeof(float));
-    b->kpe = malloc((T * dr + 1) * sizeof(float));
-    b->query = malloc((T * H * dq + 1) * sizeof(float));
-    b->key = malloc((T * hk * dq + 1) * sizeof(float));
-    b->value = malloc((T * hk * dvv + 1) * sizeof(float));
-    b->att = malloc((T * H * dvv + 1) * sizeof(float));
-    b->o = malloc((T * H * (size_t)c->dv + 1) * sizeof(float));
-    if (!b->cq || !b->kvc || !b->ckv || !b->kpe || !b->query || !b->key || !b->value || !b->att ||
-        !b->o)
-        return qs_ctx_error(ctx, QS_ERR_NOMEM, "qs_mla_fwd: out of memory");
-    return QS_OK;
-}
-
-static void qsi_mla_blk_free(qsi_mla_blk *b)
-{
-    free(b->cq), free(b->kvc), free(b->ckv), free(b->kpe), free(b->query);
-    free(b->key), free(b->value), free(b->att), free(b->o);
-}
-
-/* The down-projections [MLA-Q-PATH] [MLA-KV-PATH]: c_q (pre-norm) or x, and the split of
- * x W_DKV^T into c_kv (pre-norm) and k_pe. */
-static void qsi_mla_down(const qs_mla_config *c, int64_t T, qs_dtype dt, const qs_mla_weights *w,
-                         const float *x, qsi_mla_blk *b)
-{
-    int64_t rkv = c->kv_lora_rank, dr = c->dr;
-    if (c->q_lora_rank > 0)
-        qsi_mla_linear(T, c->hidden, c->q_lora_rank, x, w->w_dq, b->cq, dt);
-    else
-        memcpy(b->cq, x, (size_t)(T * c->hidden) * sizeof(float));
-    qsi_mla_linear(T, c->hidden, rkv + dr, x, w->w_dkv, b->kvc, dt);
-    for (int64_t t = 0; t < T; t++) {
-        memcpy(b->ckv + t * rkv, b->kvc + t * (rkv + dr), (size_t)rkv * sizeof(float));
-        memcpy(b->kpe + t * dr, b->kvc + t * (rkv + dr) + rkv, (size_t)dr * sizeof(float));
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    qs_sdpa_params p = qsi_mla_sdpa(b);
+    qs_status s = qs_sdpa_fwd(ctx, &p, st->query, st->key, st->value, st->att, NULL);
+    const float *o = st->att;
+    if (s == QS_OK && b->cfg->absorbed) /* [MLA-ABSORBED] [MLA-ABSORBED-HP] */
+        s = qsi_mla_note(r, QSI_MLA_V_ABSORB, 0);
+    if (s == QS_OK && b->cfg->absorbed) {
+        for (int64_t t = 0; t < d.T; t++)
+            for (int64_t h = 0; h < d.H; h++)
+                for (int64_t e = 0; e < d.dv; e++) {
+                    const float *lat = st->att + (t * d.H + h) * d.rkv;
+                    const float *wv = qsi_mla_wuv(b->cfg, b->w, h, e);
+                    float acc = 0.0f;
+                    for (int64_t cc = 0; cc < d.rkv; cc++)
+                        acc = acc + lat[cc] * wv[cc];
+                    st->o[(t * d.H + h) * d.dv + e] = qsi_attn_round(b->shape->dtype, acc);
+                }
+        o = st->o;
     }
-}
-
-qs_status qs_mla_fwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
-                     const qs_mla_weights *w, const float *x, float *out)
-{
-    const char *fn = "qs_mla_fwd";
-    qs_status st = qsi_mla_check(ctx, fn, cfg, shape, w);
-    if (st != QS_OK)
-        return st;
-    int64_t T = qsi_mla_tokens(shape);
-    st = qsi_attn_check_values(ctx, fn, "x", x, (size_t)(T * cfg->hidden), shape->dtype);
-    if (st == QS_OK && out == NULL)
-        st = qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "%s: 'out' is NULL", fn);
-    qsi_mla_blk b;
-    memset(&b, 0, sizeof b);
-    if (st == QS_OK)
-        st = qsi_mla_blk_alloc(ctx, cfg, (size_t)T, &b);
-    if (st == QS_OK) {
-        qsi_mla_down(cfg, T, shape->dtype, w, x, &b);
-        st = qs_mla_up_proj(ctx, cfg, shape, w, b.cq, b.ckv, b.kpe, b.query, b.key, b.value);
+    if (s == QS_OK) { /* [MLA-ATTN] */
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_OUT_PROJ, d.H * d.dv, d.hid, o, b->w->w_o);
+        s = qsi_mla_run_fwd(r, &k, st, out);
     }
-    if (st == QS_OK)
-        st = qsi_mla_attend(ctx, cfg, shape, b.query, b.key, b.value, b.att);
-    if (st == QS_OK) {
-        const float *o = b.att;
-        if (cfg->absorbed) {
-            qsi_mla_absorb_out(cfg, w, T, shape->dtype, b.att, b.o);
-            o = b.o;
-        }
-        qsi_mla_linear(T, cfg->heads * cfg->dv, cfg->hidden, o, w->w_o, out, shape->dtype);
-    }
-    qsi_mla_blk_free(&b);
-    return st;
+    return s;
 }
 
 /* ---------------------------------------------------------------- backward [MLA-BWD] */
-
-/* Linear backward, data: dx[t, i] = round_dt(sum_o dy[t, o] w[o, i]), FP32 sum in
- * increasing o [MLA-BWD]. */
-static void qsi_mla_linear_dx(int64_t rows, int64_t in, int64_t out, const float *dy,
-                              const float *w, float *dx, qs_dtype dt)
-{
-    for (int64_t t = 0; t < rows; t++)
-        for (int64_t i = 0; i < in; i++) {
-            float acc = 0.0f;
-            for (int64_t o = 0; o < out; o++)
-                acc = acc + dy[t * out + o] * w[o * in + i];
-            dx[t * in + i] = qsi_attn_round(dt, acc);
-        }
-}
-
-/* Linear backward, weight: dw[o, i] = sum_t dy[t, o] x[t, i], FP32 sum in increasing t,
- * not rounded [MLA-BWD]. */
-static void qsi_mla_linear_dw(int64_t rows, int64_t in, int64_t out, const float *dy,
-                              const float *x, float *dw)
-{
-    for (int64_t o = 0; o < out; o++)
-        for (int64_t i = 0; i < in; i++) {
-            float acc = 0.0f;
-            for (int64_t t = 0; t < rows; t++)
-                acc = acc + dy[t * out + o] * x[t * in + i];
-            dw[o * in + i] = acc;
-        }
-}
 
 /* RMSNorm backward of each row [MLA-BWD-NORM]: with xn_i = fl(x_i * rstd) (unrounded) and
  * dxn_i = fl(dy_i * w_i): c = fl((sum_i dxn_i xn_i) / n), dx_i = round_dt(fl(rstd *
@@ -506,265 +823,358 @@ static void qsi_mla_rope_bwd(const qs_mla_config *cfg, qs_dtype dt, const float 
     }
 }
 
-/* Row `row` of the combined K/V up-projection order (per head dn K rows, then dv V rows),
- * in the weights (combined or split) and in the matching gradient. */
-static const float *qsi_mla_ukv_row(const qs_mla_config *c, const qs_mla_weights *w, int64_t row)
-{
-    int64_t h = row / (c->dn + c->dv), r = row % (c->dn + c->dv);
-    return r < c->dn ? qsi_mla_wuk(c, w, h, r) : qsi_mla_wuv(c, w, h, r - c->dn);
-}
-static float *qsi_mla_dukv_row(const qs_mla_config *c, const qs_mla_grads *g, int64_t row)
-{
-    int64_t h = row / (c->dn + c->dv), r = row % (c->dn + c->dv), rkv = c->kv_lora_rank;
-    if (g->dw_ukv != NULL)
-        return g->dw_ukv + row * rkv;
-    return r < c->dn ? g->dw_uk + (h * c->dn + r) * rkv : g->dw_uv + (h * c->dv + r - c->dn) * rkv;
-}
+/* Head h's rows of the K/V weight gradients, combined or split (as qsi_mla_wuk/wuv). */
 static float *qsi_mla_duk(const qs_mla_config *c, const qs_mla_grads *g, int64_t h, int64_t d)
 {
-    return qsi_mla_dukv_row(c, g, h * (c->dn + c->dv) + d);
+    if (g->dw_ukv != NULL)
+        return g->dw_ukv + (h * (c->dn + c->dv) + d) * c->kv_lora_rank;
+    return g->dw_uk + (h * c->dn + d) * c->kv_lora_rank;
 }
 static float *qsi_mla_duv(const qs_mla_config *c, const qs_mla_grads *g, int64_t h, int64_t e)
 {
-    return qsi_mla_dukv_row(c, g, h * (c->dn + c->dv) + c->dn + e);
+    if (g->dw_ukv != NULL)
+        return g->dw_ukv + (h * (c->dn + c->dv) + c->dn + e) * c->kv_lora_rank;
+    return g->dw_uv + (h * c->dv + e) * c->kv_lora_rank;
 }
 
-/* Forward state and gradient scratch of the backward. */
-typedef struct qsi_mla_bw {
-    qsi_mla_blk f;
-    qsi_mla_upw u;
-    float *d_o, *d_att, *d_query, *d_key, *d_value, *d_q, *d_cqn, *d_cq, *d_c, *d_kvc, *d_ckv,
-        *dx_q, *dx_kv, *dkv;
-} qsi_mla_bw;
-
-static qs_status qsi_mla_bw_alloc(qs_ctx *ctx, const qs_mla_config *c, const qs_mla_shape *sh,
-                                  qsi_mla_bw *b)
+/* The output side: the out_proj linear's backward, from dout to d_o and dW_O. */
+qs_status qsi_mla_bwd_proj(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
+                           const float *dout, const qs_mla_grads *g, qsi_mla_state *st)
 {
-    size_t T = (size_t)qsi_mla_tokens(sh), H = (size_t)c->heads, rkv = (size_t)c->kv_lora_rank;
-    size_t dr = (size_t)c->dr, dqin = (size_t)(c->dn + c->dr), hid = (size_t)c->hidden;
-    size_t dq = c->absorbed ? rkv + dr : dqin, dvv = c->absorbed ? rkv : (size_t)c->dv;
-    size_t hk = c->absorbed ? 1 : H, rq = c->q_lora_rank > 0 ? (size_t)c->q_lora_rank : 1;
-    qs_status st = qsi_mla_blk_alloc(ctx, c, T, &b->f);
-    if (st == QS_OK)
-        st = qsi_mla_upw_alloc(ctx, "qs_mla_bwd", c, sh, &b->u);
-    float **p[] = {&b->d_o,  &b->d_att, &b->d_query, &b->d_key, &b->d_value, &b->d_q,   &b->d_cqn,
-                   &b->d_cq, &b->d_c,   &b->d_kvc,   &b->d_ckv, &b->dx_q,    &b->dx_kv, &b->dkv};
-    size_t n[] = {H * (size_t)c->dv,
-                  H * dvv,
-                  H * dq,
-                  hk * dq,
-                  hk * dvv,
-                  H * dqin,
-                  rq,
-                  rq,
-                  rkv,
-                  rkv + dr,
-                  rkv,
-                  hid,
-                  hid,
-                  H * (size_t)(c->dn + c->dv)};
-    int bad = 0;
-    for (size_t e = 0; e < sizeof n / sizeof n[0]; e++) {
-        *p[e] = malloc((T * n[e] + 1) * sizeof(float));
-        bad |= *p[e] == NULL;
-    }
-    if (st == QS_OK && bad)
-        st = qs_ctx_error(ctx, QS_ERR_NOMEM, "qs_mla_bwd: out of memory");
-    return st;
+    (void)ctx;
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    const float *o = b->cfg->absorbed ? st->o : st->att;
+    qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_OUT_PROJ, d.H * d.dv, d.hid, o, b->w->w_o);
+    return qsi_mla_run_bwd(r, &k, st, dout, st->d_o, g->dw_o);
 }
 
-static void qsi_mla_bw_free(qsi_mla_bw *b)
+/* In the absorbed form o = lat W_UV^T [MLA-BWD-ABSORBED]: d_lat[t,h,c] = round_dt(sum_e
+ * d_o[t,h,e] W_UV[h][e][c]) and dW_UV[h][e][c] = sum_t d_o[t,h,e] lat[t,h,c]; then the
+ * SDPA backward of the block's attention. */
+qs_status qsi_mla_bwd_attn(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
+                           const qs_mla_grads *g, qsi_mla_state *st)
 {
-    qsi_mla_blk_free(&b->f);
-    qsi_mla_upw_free(&b->u);
-    free(b->d_o), free(b->d_att), free(b->d_query), free(b->d_key), free(b->d_value);
-    free(b->d_q), free(b->d_cqn), free(b->d_cq), free(b->d_c), free(b->d_kvc);
-    free(b->d_ckv), free(b->dx_q), free(b->dx_kv), free(b->dkv);
-}
-
-/* The forward again, with the same functions, keeping every intermediate (bit-identical to
- * qs_mla_fwd's) [MLA-BWD]. */
-static qs_status qsi_mla_bwd_forward(qs_ctx *ctx, const qs_mla_config *c, const qs_mla_shape *sh,
-                                     const qs_mla_weights *w, const float *x, qsi_mla_bw *b)
-{
-    int64_t T = qsi_mla_tokens(sh);
-    qsi_mla_down(c, T, sh->dtype, w, x, &b->f);
-    qsi_mla_up_compute(c, sh, w, b->f.cq, b->f.ckv, b->f.kpe, b->f.query, b->f.key, b->f.value,
-                       &b->u);
-    qs_status st = qsi_mla_attend(ctx, c, sh, b->f.query, b->f.key, b->f.value, b->f.att);
-    if (st == QS_OK && c->absorbed)
-        qsi_mla_absorb_out(c, w, T, sh->dtype, b->f.att, b->f.o);
-    return st;
-}
-
-/* The SDPA backward of the block's attention [MLA-BWD]. */
-static qs_status qsi_mla_attend_bwd(qs_ctx *ctx, const qs_mla_config *c, const qs_mla_shape *sh,
-                                    qsi_mla_bw *b)
-{
-    qs_sdpa_params p;
-    memset(&p, 0, sizeof p);
-    p.layout = sh->layout;
-    p.mask = sh->mask;
-    p.b = sh->b;
-    p.sq = p.sk = sh->s;
-    p.cu_seqlens_q = p.cu_seqlens_kv = sh->cu_seqlens;
-    p.h = c->heads;
-    p.hkv = c->absorbed ? 1 : c->heads;
-    p.d = c->absorbed ? c->kv_lora_rank + c->dr : c->dn + c->dr;
-    p.dv = c->absorbed ? c->kv_lora_rank : c->dv;
-    p.scale = qs_mla_softmax_scale(c);
-    p.dtype = sh->dtype;
-    return qs_sdpa_bwd(ctx, &p, b->f.query, b->f.key, b->f.value, b->f.att, b->d_att, b->d_query,
-                       b->d_key, b->d_value);
-}
-
-/* The output side: out = linear(o, w_o), and in the absorbed form o = lat W_UV^T
- * [MLA-BWD-ABSORBED]: d_lat[t,h,c] = round_dt(sum_e d_o[t,h,e] W_UV[h][e][c]) and
- * dW_UV[h][e][c] = sum_t d_o[t,h,e] lat[t,h,c]. */
-static void qsi_mla_bwd_out(const qs_mla_config *c, int64_t T, qs_dtype dt, const qs_mla_weights *w,
-                            const float *dout, const qs_mla_grads *g, qsi_mla_bw *b)
-{
-    int64_t H = c->heads, dv = c->dv, rkv = c->kv_lora_rank;
-    const float *o = c->absorbed ? b->f.o : b->f.att;
-    qsi_mla_linear_dx(T, H * dv, c->hidden, dout, w->w_o, b->d_o, dt);
-    qsi_mla_linear_dw(T, H * dv, c->hidden, dout, o, g->dw_o);
-    if (!c->absorbed) {
-        memcpy(b->d_att, b->d_o, (size_t)(T * H * dv) * sizeof(float));
-        return;
-    }
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t cc = 0; cc < rkv; cc++) {
+    const qs_mla_config *c = b->cfg;
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    qs_dtype dt = b->shape->dtype;
+    qs_status s = QS_OK;
+    if (!c->absorbed)
+        memcpy(st->d_att, st->d_o, (size_t)(d.T * d.H * d.dv) * sizeof(float));
+    else
+        s = qsi_mla_note(r, QSI_MLA_V_ABSORB, 1);
+    for (int64_t t = 0; s == QS_OK && c->absorbed && t < d.T; t++)
+        for (int64_t h = 0; h < d.H; h++)
+            for (int64_t cc = 0; cc < d.rkv; cc++) {
                 float acc = 0.0f;
-                for (int64_t e = 0; e < dv; e++)
-                    acc = acc + b->d_o[(t * H + h) * dv + e] * qsi_mla_wuv(c, w, h, e)[cc];
-                b->d_att[(t * H + h) * rkv + cc] = qsi_attn_round(dt, acc);
+                for (int64_t e = 0; e < d.dv; e++)
+                    acc = acc + st->d_o[(t * d.H + h) * d.dv + e] * qsi_mla_wuv(c, b->w, h, e)[cc];
+                st->d_att[(t * d.H + h) * d.rkv + cc] = qsi_attn_round(dt, acc);
             }
-    for (int64_t h = 0; h < H; h++)
-        for (int64_t e = 0; e < dv; e++)
-            for (int64_t cc = 0; cc < rkv; cc++) {
+    for (int64_t h = 0; s == QS_OK && c->absorbed && h < d.H; h++)
+        for (int64_t e = 0; e < d.dv; e++)
+            for (int64_t cc = 0; cc < d.rkv; cc++) {
                 float acc = 0.0f;
-                for (int64_t t = 0; t < T; t++)
-                    acc = acc + b->d_o[(t * H + h) * dv + e] * b->f.att[(t * H + h) * rkv + cc];
+                for (int64_t t = 0; t < d.T; t++)
+                    acc = acc +
+                          st->d_o[(t * d.H + h) * d.dv + e] * st->att[(t * d.H + h) * d.rkv + cc];
                 qsi_mla_duv(c, g, h, e)[cc] = acc;
             }
+    if (s != QS_OK)
+        return s;
+    qs_sdpa_params p = qsi_mla_sdpa(b);
+    return qs_sdpa_bwd(ctx, &p, st->query, st->key, st->value, st->att, st->d_att, st->d_query,
+                       st->d_key, st->d_value);
 }
 
-/* The query side down to d_q [T, n, dn + dr]: the nope part is d_query's (plain) or, in the
- * absorbed form, d_q_nope[t,h,d] = round_dt(sum_c d_q_abs[t,h,c] W_UK[h][d][c]) with
- * dW_UK[h][d][c] = sum_t q_nope[t,h,d] d_q_abs[t,h,c] [MLA-BWD-ABSORBED]; the pe part is
- * the RoPE backward of d_query's last dr dims [MLA-BWD-ROPE]. */
-static void qsi_mla_bwd_query(const qs_mla_config *c, int64_t T, qs_dtype dt,
-                              const qs_mla_weights *w, const qs_mla_grads *g, qsi_mla_bw *b)
+/* The gradient of c: plain, the K/V up-projection's backward — the combined kv_up linear
+ * over the rows [dk_nope_h | dv_h], or k_up and v_up with dc = round_dt(fl(dc_k + dc_v))
+ * [MLA-SPLIT-KV]; absorbed, round_dt(fl(d_key[.., :rkv] + d_value)) [MLA-BWD-ABSORBED]. */
+static qs_status qsi_mla_bwd_c(const qsi_mla_block *b, const qsi_mla_dims *d,
+                               const qsi_mla_runner *r, const qs_mla_grads *g, qsi_mla_state *st)
 {
-    int64_t H = c->heads, dqin = c->dn + c->dr, rkv = c->kv_lora_rank;
-    int64_t dq = c->absorbed ? rkv + c->dr : dqin;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < H; h++) {
-            const float *dqr = b->d_query + (t * H + h) * dq;
-            float *out = b->d_q + (t * H + h) * dqin;
-            for (int64_t d = 0; d < c->dn && !c->absorbed; d++)
-                out[d] = dqr[d];
-            for (int64_t d = 0; d < c->dn && c->absorbed; d++) {
-                float acc = 0.0f;
-                for (int64_t cc = 0; cc < rkv; cc++)
-                    acc = acc + dqr[cc] * qsi_mla_wuk(c, w, h, d)[cc];
-                out[d] = qsi_attn_round(dt, acc);
-            }
-            qsi_mla_rope_bwd(c, dt, b->u.inv, b->u.pos[t], dqr + dq - c->dr, out + c->dn);
-        }
-    for (int64_t h = 0; h < H && c->absorbed; h++)
-        for (int64_t d = 0; d < c->dn; d++)
-            for (int64_t cc = 0; cc < rkv; cc++) {
-                float acc = 0.0f;
-                for (int64_t t = 0; t < T; t++)
-                    acc = acc + b->u.q[(t * H + h) * dqin + d] * b->d_query[(t * H + h) * dq + cc];
-                qsi_mla_duk(c, g, h, d)[cc] = acc;
-            }
-}
-
-/* The q projections: with rq > 0, through w_uq, the q norm and w_dq; else through w_q. */
-static void qsi_mla_bwd_qproj(const qs_mla_config *c, int64_t T, qs_dtype dt,
-                              const qs_mla_weights *w, const float *x, const qs_mla_grads *g,
-                              qsi_mla_bw *b)
-{
-    int64_t nq = c->heads * (c->dn + c->dr), rq = c->q_lora_rank;
-    if (rq == 0) {
-        qsi_mla_linear_dx(T, c->hidden, nq, b->d_q, w->w_q, b->dx_q, dt);
-        qsi_mla_linear_dw(T, c->hidden, nq, b->d_q, x, g->dw_q);
-        return;
+    const qs_mla_weights *w = b->w;
+    qs_dtype dt = b->shape->dtype;
+    if (b->cfg->absorbed) {
+        for (int64_t t = 0; t < d->T; t++)
+            for (int64_t cc = 0; cc < d->rkv; cc++)
+                st->d_c[t * d->rkv + cc] =
+                    qsi_attn_round(dt, st->d_key[t * d->dq + cc] + st->d_value[t * d->rkv + cc]);
+        return QS_OK;
     }
-    qsi_mla_linear_dx(T, rq, nq, b->d_q, w->w_uq, b->d_cqn, dt);
-    qsi_mla_linear_dw(T, rq, nq, b->d_q, b->u.cqn, g->dw_uq);
-    qsi_mla_rmsnorm_bwd(T, rq, rq, b->f.cq, w->q_norm, c->norm_eps, b->d_cqn, b->d_cq, g->dq_norm,
-                        dt);
-    qsi_mla_linear_dx(T, c->hidden, rq, b->d_cq, w->w_dq, b->dx_q, dt);
-    qsi_mla_linear_dw(T, c->hidden, rq, b->d_cq, x, g->dw_dq);
-}
-
-/* The gradient of c (the normed c_kv): plain, the K/V up-projection backward over the
- * combined row order; absorbed, round_dt(fl(d_key[.., :rkv] + d_value)) [MLA-BWD-ABSORBED]. */
-static void qsi_mla_bwd_c(const qs_mla_config *c, int64_t T, qs_dtype dt, const qs_mla_weights *w,
-                          const qs_mla_grads *g, qsi_mla_bw *b)
-{
-    int64_t H = c->heads, rkv = c->kv_lora_rank, nr = H * (c->dn + c->dv), dq = c->dn + c->dr;
-    if (c->absorbed) {
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t cc = 0; cc < rkv; cc++)
-                b->d_c[t * rkv + cc] =
-                    qsi_attn_round(dt, b->d_key[t * (rkv + c->dr) + cc] + b->d_value[t * rkv + cc]);
-        return;
+    for (int64_t t = 0; t < d->T; t++)
+        for (int64_t h = 0; h < d->H; h++) {
+            const float *dk = st->d_key + (t * d->H + h) * d->dq;
+            const float *dv = st->d_value + (t * d->H + h) * d->dv;
+            float *kn = w->w_ukv != NULL ? st->d_kvu + t * d->nkv + h * (d->dn + d->dv)
+                                         : st->d_ku + (t * d->H + h) * d->dn;
+            float *vn = w->w_ukv != NULL ? kn + d->dn : st->d_vu + (t * d->H + h) * d->dv;
+            memcpy(kn, dk, (size_t)d->dn * sizeof(float));
+            memcpy(vn, dv, (size_t)d->dv * sizeof(float));
+        }
+    if (w->w_ukv != NULL) {
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_KV_UP, d->rkv, d->nkv, st->c, w->w_ukv);
+        return qsi_mla_run_bwd(r, &k, st, st->d_kvu, st->d_c, g->dw_ukv);
     }
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < H; h++) {
-            float *row = b->dkv + t * nr + h * (c->dn + c->dv);
-            memcpy(row, b->d_key + (t * H + h) * dq, (size_t)c->dn * sizeof(float));
-            memcpy(row + c->dn, b->d_value + (t * H + h) * c->dv, (size_t)c->dv * sizeof(float));
-        }
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t cc = 0; cc < rkv; cc++) {
-            float acc = 0.0f;
-            for (int64_t r = 0; r < nr; r++)
-                acc = acc + b->dkv[t * nr + r] * qsi_mla_ukv_row(c, w, r)[cc];
-            b->d_c[t * rkv + cc] = qsi_attn_round(dt, acc);
-        }
-    for (int64_t r = 0; r < nr; r++)
-        for (int64_t cc = 0; cc < rkv; cc++) {
-            float acc = 0.0f;
-            for (int64_t t = 0; t < T; t++)
-                acc = acc + b->dkv[t * nr + r] * b->u.ckv[t * rkv + cc];
-            qsi_mla_dukv_row(c, g, r)[cc] = acc;
-        }
+    qsi_mla_call v = qsi_mla_mkcall(b, QS_MLA_V_UP, d->rkv, d->H * d->dv, st->c, w->w_uv);
+    qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_K_UP, d->rkv, d->H * d->dn, st->c, w->w_uk);
+    qs_status s = qsi_mla_run_bwd(r, &v, st, st->d_vu, st->d_cv, g->dw_uv);
+    if (s == QS_OK)
+        s = qsi_mla_run_bwd(r, &k, st, st->d_ku, st->d_ck, g->dw_uk);
+    for (int64_t e = 0; s == QS_OK && e < d->T * d->rkv; e++)
+        st->d_c[e] = qsi_attn_round(dt, st->d_ck[e] + st->d_cv[e]);
+    return s;
 }
 
-/* The kv side: d_c, then the shared k_pe (round_dt of the FP32 sum over the key heads in
- * increasing order, then [MLA-BWD-ROPE]), the kv norm and w_dkv. */
-static void qsi_mla_bwd_kv(const qs_mla_config *c, int64_t T, qs_dtype dt, const qs_mla_weights *w,
-                           const float *x, const qs_mla_grads *g, qsi_mla_bw *b)
+/* The kv side of the region: d_c, the kv norm, and the shared k_pe (round_dt of the FP32
+ * sum over the key heads in increasing order, then [MLA-BWD-ROPE]) into d_kvc. */
+static qs_status qsi_mla_bwd_kv(const qsi_mla_block *b, const qsi_mla_dims *d,
+                                const qsi_mla_runner *r, const qs_mla_grads *g, qsi_mla_state *st)
 {
-    int64_t rkv = c->kv_lora_rank, dr = c->dr, hk = c->absorbed ? 1 : c->heads;
-    int64_t dq = c->absorbed ? rkv + dr : c->dn + dr;
-    qsi_mla_bwd_c(c, T, dt, w, g, b);
-    qsi_mla_rmsnorm_bwd(T, rkv, rkv, b->f.ckv, w->kv_norm, c->norm_eps, b->d_c, b->d_ckv,
-                        g->dkv_norm, dt);
-    for (int64_t t = 0; t < T; t++) {
+    const qs_mla_config *c = b->cfg;
+    qs_dtype dt = b->shape->dtype;
+    qs_status s = qsi_mla_bwd_c(b, d, r, g, st);
+    if (s != QS_OK)
+        return s;
+    qsi_mla_rmsnorm_bwd(d->T, d->rkv, d->rkv, st->ckv_in, b->w->kv_norm, c->norm_eps, st->d_c,
+                        st->d_ckv, g->dkv_norm, dt);
+    for (int64_t t = 0; t < d->T; t++) {
         float rot[1024];
-        for (int64_t j = 0; j < dr; j++) {
+        for (int64_t j = 0; j < d->dr; j++) {
             float acc = 0.0f;
-            for (int64_t h = 0; h < hk; h++)
-                acc = acc + b->d_key[(t * hk + h) * dq + dq - dr + j];
+            for (int64_t h = 0; h < d->hk; h++)
+                acc = acc + st->d_key[(t * d->hk + h) * d->dq + d->dq - d->dr + j];
             rot[j] = qsi_attn_round(dt, acc);
         }
-        float *kv = b->d_kvc + t * (rkv + dr);
-        memcpy(kv, b->d_ckv + t * rkv, (size_t)rkv * sizeof(float));
-        qsi_mla_rope_bwd(c, dt, b->u.inv, b->u.pos[t], rot, kv + rkv);
+        float *kv = st->d_kvc + t * (d->rkv + d->dr);
+        memcpy(kv, st->d_ckv + t * d->rkv, (size_t)d->rkv * sizeof(float));
+        qsi_mla_rope_bwd(c, dt, st->inv, st->pos[t], rot, kv + d->rkv);
     }
-    qsi_mla_linear_dx(T, c->hidden, rkv + dr, b->d_kvc, w->w_dkv, b->dx_kv, dt);
-    qsi_mla_linear_dw(T, c->hidden, rkv + dr, b->d_kvc, x, g->dw_dkv);
+    return QS_OK;
 }
 
-static qs_status qsi_mla_check_grads(qs_ctx *ctx, const qs_mla_config *c, const qs_mla_weights *w,
-                                     const qs_mla_grads *g)
+/* The q side of the region down to d_q [T, n, dn + dr]: the nope part is d_query's
+ * (plain) or, absorbed, d_q_nope[t,h,d] = round_dt(sum_c d_q_abs[t,h,c] W_UK[h][d][c])
+ * with dW_UK[h][d][c] = sum_t q_nope[t,h,d] d_q_abs[t,h,c] [MLA-BWD-ABSORBED]; the pe
+ * part the RoPE backward [MLA-BWD-ROPE]; then the q_up linear and the q norm (d_cq), or
+ * the q_proj linear (dx_q). */
+static qs_status qsi_mla_bwd_q(const qsi_mla_block *b, const qsi_mla_dims *d,
+                               const qsi_mla_runner *r, const qs_mla_grads *g, qsi_mla_state *st)
+{
+    const qs_mla_config *c = b->cfg;
+    const qs_mla_weights *w = b->w;
+    qs_dtype dt = b->shape->dtype;
+    qs_status s = c->absorbed ? qsi_mla_note(r, QSI_MLA_K_ABSORB, 1) : QS_OK;
+    if (s != QS_OK)
+        return s;
+    for (int64_t t = 0; t < d->T; t++)
+        for (int64_t h = 0; h < d->H; h++) {
+            const float *dqr = st->d_query + (t * d->H + h) * d->dq;
+            float *out = st->d_q + (t * d->H + h) * d->dqin;
+            for (int64_t e = 0; e < d->dn && !c->absorbed; e++)
+                out[e] = dqr[e];
+            for (int64_t e = 0; e < d->dn && c->absorbed; e++) {
+                float acc = 0.0f;
+                for (int64_t cc = 0; cc < d->rkv; cc++)
+                    acc = acc + dqr[cc] * qsi_mla_wuk(c, w, h, e)[cc];
+                out[e] = qsi_attn_round(dt, acc);
+            }
+            qsi_mla_rope_bwd(c, dt, st->inv, st->pos[t], dqr + d->dq - d->dr, out + d->dn);
+        }
+    for (int64_t h = 0; h < d->H && c->absorbed; h++)
+        for (int64_t e = 0; e < d->dn; e++)
+            for (int64_t cc = 0; cc < d->rkv; cc++) {
+                float acc = 0.0f;
+                for (int64_t t = 0; t < d->T; t++)
+                    acc = acc + st->q[(t * d->H + h) * d->dqin + e] *
+                                    st->d_query[(t * d->H + h) * d->dq + cc];
+                qsi_mla_duk(c, g, h, e)[cc] = acc;
+            }
+    if (d->rq == 0) {
+        qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_Q_PROJ, d->hid, d->H * d->dqin, st->q_in, w->w_q);
+        return qsi_mla_run_bwd(r, &k, st, st->d_q, st->dx_q, g->dw_q);
+    }
+    qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_Q_UP, d->rq, d->H * d->dqin, st->cqn, w->w_uq);
+    s = qsi_mla_run_bwd(r, &k, st, st->d_q, st->d_cqn, g->dw_uq);
+    if (s == QS_OK)
+        qsi_mla_rmsnorm_bwd(d->T, d->rq, d->rq, st->q_in, w->q_norm, c->norm_eps, st->d_cqn,
+                            st->d_cq, g->dq_norm, dt);
+    return s;
+}
+
+/* The region backward, in the reverse of its forward: the kv side, then the q side. */
+qs_status qsi_mla_bwd_up(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
+                         const qs_mla_grads *g, qsi_mla_state *st)
+{
+    (void)ctx;
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    qs_status s = qsi_mla_bwd_kv(b, &d, r, g, st);
+    return s == QS_OK ? qsi_mla_bwd_q(b, &d, r, g, st) : s;
+}
+
+/* The down-projections (kv_down, then q_down) and dx = round_dt(fl(dx_q + dx_kv)). */
+qs_status qsi_mla_bwd_down(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
+                           const float *x, const qs_mla_grads *g, qsi_mla_state *st)
+{
+    (void)ctx;
+    qsi_mla_dims d = qsi_mla_dims_of(b);
+    qsi_mla_call kv = qsi_mla_mkcall(b, QS_MLA_KV_DOWN, d.hid, d.rkv + d.dr, x, b->w->w_dkv);
+    qs_status s = qsi_mla_run_bwd(r, &kv, st, st->d_kvc, st->dx_kv, g->dw_dkv);
+    if (s == QS_OK && d.rq > 0) {
+        qsi_mla_call q = qsi_mla_mkcall(b, QS_MLA_Q_DOWN, d.hid, d.rq, x, b->w->w_dq);
+        s = qsi_mla_run_bwd(r, &q, st, st->d_cq, st->dx_q, g->dw_dq);
+    }
+    for (int64_t e = 0; s == QS_OK && e < d.T * d.hid; e++)
+        g->dx[e] = qsi_attn_round(b->shape->dtype, st->dx_q[e] + st->dx_kv[e]); /* [MLA-BWD] */
+    return s;
+}
+
+/* ---------------------------------------------------------------- the standalone calls */
+
+/* The runner of qs_mla_forward / qs_mla_backward: the scope of ctx decides, the caller's
+ * quantizers are used in place [MLA-LINEAR-QUANT] [MLA-LINEAR-CALIB]. */
+typedef struct qsi_mla_solo {
+    qs_ctx *ctx;
+    const char *fn;
+    const qs_mla_quantizers *q;
+} qsi_mla_solo;
+
+static qs_status qsi_solo_quantizer(const qsi_mla_solo *so, qs_mla_linear l, qs_scope_role role,
+                                    qs_recipe_kind kind, qs_quantizer **out)
+{
+    static const char *const roles[QS_SCOPE_ROLE_COUNT] = {"x", "w", "dy"};
+    qs_quantizer *q = so->q != NULL ? so->q->q[l][role] : NULL;
+    if (q == NULL)
+        return qs_ctx_error(so->ctx, QS_ERR_INVALID_ARG,
+                            "%s: linear '%s' runs under recipe %s but has no %s quantizer "
+                            "[MLA-LINEAR-QUANT]",
+                            so->fn, qs_mla_linear_name(l), qs_recipe_kind_name(kind), roles[role]);
+    if (q->cfg.kind != kind)
+        return qs_ctx_error(so->ctx, QS_ERR_INVALID_ARG,
+                            "%s: the %s quantizer of linear '%s' is %s, the region's recipe is %s",
+                            so->fn, roles[role], qs_mla_linear_name(l),
+                            qs_recipe_kind_name(q->cfg.kind), qs_recipe_kind_name(kind));
+    *out = q;
+    return QS_OK;
+}
+
+static qs_status qsi_solo_fwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *sv)
+{
+    qsi_mla_solo *so = arg;
+    qs_scope_state ss;
+    memset(&ss, 0, sizeof ss);
+    sv->prec = QS_PREC_HIGH;
+    qs_status s = QS_OK;
+    if (so->ctx != NULL) {
+        s = qs_scope_get(so->ctx, &ss);
+        if (s == QS_OK)
+            s = qs_scope_decide(so->ctx, QS_MODULE_QUANTIZABLE, qs_mla_linear_name(c->lin),
+                                &sv->prec);
+    }
+    sv->kind = ss.recipe.kind;
+    int need = sv->prec == QS_PREC_QUANTIZED ||
+               (sv->prec == QS_PREC_CALIBRATING && sv->kind == QS_RECIPE_DELAYED);
+    qs_quantizer *qx = NULL, *qw = NULL;
+    if (s == QS_OK && need)
+        s = qsi_solo_quantizer(so, c->lin, QS_SCOPE_X, sv->kind, &qx);
+    if (s == QS_OK && need)
+        s = qsi_solo_quantizer(so, c->lin, QS_SCOPE_W, sv->kind, &qw);
+    if (s == QS_OK && sv->prec == QS_PREC_QUANTIZED) /* [SCOPE-POLICY-QUANT] */
+        return qsi_mla_lin_q_fwd(so->ctx, c, qx, qw, sv);
+    if (s == QS_OK && need) /* [SCOPE-POLICY-CALIB] */
+        s = qsi_mla_lin_calibrate(so->ctx, c, qx, qw);
+    if (s == QS_OK)
+        qsi_mla_lin_hp_fwd(c);
+    return s;
+}
+
+static qs_status qsi_solo_bwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *sv)
+{
+    qsi_mla_solo *so = arg;
+    if (sv->prec != QS_PREC_QUANTIZED) {
+        qsi_mla_lin_hp_bwd(c);
+        return QS_OK;
+    }
+    qs_quantizer *qdy = NULL;
+    qs_status s = qsi_solo_quantizer(so, c->lin, QS_SCOPE_DY, sv->kind, &qdy);
+    return s == QS_OK ? qsi_mla_lin_q_bwd(so->ctx, c, qdy, sv) : s;
+}
+
+qs_status qs_mla_up_proj(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
+                         const qs_mla_weights *w, const qs_mla_quantizers *q, const float *q_in,
+                         const float *c_kv, const float *k_pe, float *query, float *key,
+                         float *value)
+{
+    const char *fn = "qs_mla_up_proj";
+    qsi_mla_block b = {cfg, shape, w};
+    qs_status st = qsi_mla_check(ctx, fn, &b);
+    if (st != QS_OK)
+        return st;
+    if (!q_in || !c_kv || !k_pe || !query || !key || !value)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "%s: a tensor argument is NULL", fn);
+    qsi_mla_solo so = {ctx, fn, q};
+    qsi_mla_runner r = {&so, qsi_solo_fwd, qsi_solo_bwd, NULL};
+    qsi_mla_state *s = NULL;
+    st = qsi_mla_state_new(ctx, fn, &b, &s);
+    if (st != QS_OK)
+        return st;
+    s->q_in = q_in;
+    s->ckv_in = c_kv;
+    s->kpe_in = k_pe;
+    st = qsi_mla_fwd_up(ctx, &b, &r, s);
+    if (st == QS_OK) {
+        qsi_mla_dims d = qsi_mla_dims_of(&b);
+        memcpy(query, s->query, (size_t)(d.T * d.H * d.dq) * sizeof(float));
+        memcpy(key, s->key, (size_t)(d.T * d.hk * d.dq) * sizeof(float));
+        memcpy(value, s->value, (size_t)(d.T * d.hk * d.dvv) * sizeof(float));
+    }
+    qsi_mla_state_free(s);
+    return st;
+}
+
+/* The forward stages in order. */
+static qs_status qsi_mla_forward_all(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
+                                     const float *x, qsi_mla_state *st, float *out)
+{
+    qs_status s = qsi_mla_fwd_down(ctx, b, r, x, st);
+    if (s == QS_OK)
+        s = qsi_mla_fwd_up(ctx, b, r, st);
+    if (s == QS_OK)
+        s = qsi_mla_fwd_out(ctx, b, r, st, out);
+    return s;
+}
+
+qs_status qs_mla_forward(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
+                         const qs_mla_weights *w, const qs_mla_quantizers *q, const float *x,
+                         float *out)
+{
+    const char *fn = "qs_mla_forward";
+    qsi_mla_block b = {cfg, shape, w};
+    qs_status st = qsi_mla_check(ctx, fn, &b);
+    if (st != QS_OK)
+        return st;
+    int64_t T = qsi_mla_tokens(shape);
+    st = qsi_attn_check_values(ctx, fn, "x", x, (size_t)(T * cfg->hidden), shape->dtype);
+    if (st == QS_OK && out == NULL)
+        st = qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "%s: 'out' is NULL", fn);
+    qsi_mla_solo so = {ctx, fn, q};
+    qsi_mla_runner r = {&so, qsi_solo_fwd, qsi_solo_bwd, NULL};
+    qsi_mla_state *s = NULL;
+    if (st == QS_OK)
+        st = qsi_mla_state_new(ctx, fn, &b, &s);
+    if (st == QS_OK)
+        st = qsi_mla_forward_all(ctx, &b, &r, x, s, out);
+    qsi_mla_state_free(s);
+    return st;
+}
+
+qs_status qs_mla_fwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
+                     const qs_mla_weights *w, const float *x, float *out)
+{
+    return qs_mla_forward(ctx, cfg, shape, w, NULL, x, out);
+}
+
+static qs_status qsi_mla_check_grads(qs_ctx *ctx, const char *fn, const qs_mla_config *c,
+                                     const qs_mla_weights *w, const qs_mla_grads *g)
 {
     int ok = g != NULL && g->dx && g->dw_dkv && g->dkv_norm && g->dw_o;
     if (ok)
@@ -772,17 +1182,17 @@ static qs_status qsi_mla_check_grads(qs_ctx *ctx, const qs_mla_config *c, const 
     if (ok)
         ok = w->w_ukv != NULL ? g->dw_ukv != NULL : (g->dw_uk && g->dw_uv);
     if (!ok)
-        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
-                            "qs_mla_bwd: a gradient the config needs is NULL");
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "%s: a gradient the config needs is NULL", fn);
     return QS_OK;
 }
 
-qs_status qs_mla_bwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
-                     const qs_mla_weights *w, const float *x, const float *dout,
-                     const qs_mla_grads *g)
+qs_status qs_mla_backward(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
+                          const qs_mla_weights *w, const qs_mla_quantizers *q, const float *x,
+                          const float *dout, const qs_mla_grads *g)
 {
-    const char *fn = "qs_mla_bwd";
-    qs_status st = qsi_mla_check(ctx, fn, cfg, shape, w);
+    const char *fn = "qs_mla_backward";
+    qsi_mla_block b = {cfg, shape, w};
+    qs_status st = qsi_mla_check(ctx, fn, &b);
     if (st != QS_OK)
         return st;
     int64_t T = qsi_mla_tokens(shape);
@@ -791,24 +1201,33 @@ qs_status qs_mla_bwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *
     if (st == QS_OK)
         st = qsi_attn_check_values(ctx, fn, "dout", dout, (size_t)(T * cfg->hidden), dt);
     if (st == QS_OK)
-        st = qsi_mla_check_grads(ctx, cfg, w, g);
-    qsi_mla_bw b;
-    memset(&b, 0, sizeof b);
+        st = qsi_mla_check_grads(ctx, fn, cfg, w, g);
+    qsi_mla_solo so = {ctx, fn, q};
+    qsi_mla_runner r = {&so, qsi_solo_fwd, qsi_solo_bwd, NULL};
+    qsi_mla_state *s = NULL;
+    float *out = NULL;
     if (st == QS_OK)
-        st = qsi_mla_bw_alloc(ctx, cfg, shape, &b);
+        st = qsi_mla_state_new(ctx, fn, &b, &s);
+    if (st == QS_OK && !(out = malloc(((size_t)(T * cfg->hidden) + 1) * sizeof(float))))
+        st = qs_ctx_error(ctx, QS_ERR_NOMEM, "%s: out of memory", fn);
+    if (st == QS_OK) /* the forward again, bit-identical [MLA-BWD] */
+        st = qsi_mla_forward_all(ctx, &b, &r, x, s, out);
     if (st == QS_OK)
-        st = qsi_mla_bwd_forward(ctx, cfg, shape, w, x, &b);
-    if (st == QS_OK) {
-        qsi_mla_bwd_out(cfg, T, dt, w, dout, g, &b);
-        st = qsi_mla_attend_bwd(ctx, cfg, shape, &b);
-    }
-    if (st == QS_OK) {
-        qsi_mla_bwd_query(cfg, T, dt, w, g, &b);
-        qsi_mla_bwd_qproj(cfg, T, dt, w, x, g, &b);
-        qsi_mla_bwd_kv(cfg, T, dt, w, x, g, &b);
-        for (int64_t e = 0; e < T * cfg->hidden; e++)
-            g->dx[e] = qsi_attn_round(dt, b.dx_q[e] + b.dx_kv[e]); /* [MLA-BWD] */
-    }
-    qsi_mla_bw_free(&b);
+        st = qsi_mla_bwd_proj(ctx, &b, &r, dout, g, s);
+    if (st == QS_OK)
+        st = qsi_mla_bwd_attn(ctx, &b, &r, g, s);
+    if (st == QS_OK)
+        st = qsi_mla_bwd_up(ctx, &b, &r, g, s);
+    if (st == QS_OK)
+        st = qsi_mla_bwd_down(ctx, &b, &r, x, g, s);
+    free(out);
+    qsi_mla_state_free(s);
     return st;
+}
+
+qs_status qs_mla_bwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
+                     const qs_mla_weights *w, const float *x, const float *dout,
+                     const qs_mla_grads *g)
+{
+    return qs_mla_backward(ctx, cfg, shape, w, NULL, x, dout, g);
 }

@@ -2,13 +2,16 @@
  * softmax scale, RoPE on de-interleaved pairs, the plain block against a double-precision
  * MLA written here, absorbed against plain (FP32 and BF16), split against combined K/V
  * up-projections, thd against per-sequence sbhd, and the norm on c_kv only; the backward
- * [MLA-BWD] against finite differences of a double MLA, absorbed against plain, thd. */
+ * [MLA-BWD] against finite differences of a double MLA, absorbed against plain, thd; the
+ * block's linears under each recipe against a hand-composed sequence of quantized linears,
+ * and in high precision against qs_linear_hp_*; islands, calibration and bad quantizers. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "qspec/attention.h"
 #include "qspec/format.h"
+#include "qspec/linear.h"
 #include "qspec/mathf.h"
 #include "qstest.h"
 
@@ -372,8 +375,8 @@ END_TEST
 
 /* ---------------------------------------------------------------- variants */
 
-/* [MLA-UP-PROJ] [MLA-SHAPES]: split W_UK / W_UV equal the combined [K_h; V_h] rows bitwise,
- * for the plain and the absorbed forms. */
+/* [MLA-UP-PROJ] [MLA-SHAPES] [MLA-SPLIT-KV]: in high precision split W_UK / W_UV equal the
+ * combined [K_h; V_h] rows bitwise in the forward, for the plain and the absorbed forms. */
 START_TEST(test_split_kv_up_projection_equals_combined_bitwise)
 {
     qs_ctx *ctx = qs_ctx_new();
@@ -870,6 +873,606 @@ START_TEST(test_bad_configuration_is_rejected)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the linears under a recipe */
+
+/* hidden 32, 2 heads, rq 16 (or 0), rkv 16, dn 8, dr 8, dv 8, over 32 BF16 token rows (sbhd
+ * s 16, b 2, causal): NVFP4's Hadamard transform needs a multiple of 16 rows. */
+enum { QH = 32, QT = 32 };
+
+static qs_mla_config quant_cfg(int64_t rq, int absorbed)
+{
+    qs_mla_config c = small_cfg(rq);
+    c.hidden = QH;
+    c.kv_lora_rank = 16;
+    c.dn = 8;
+    c.dr = 8;
+    c.dv = 8;
+    c.absorbed = absorbed;
+    return c;
+}
+
+/* Weights of quant_cfg as BF16 values (uniform in +-sqrt(3/in)) and as tensors. */
+typedef struct qw {
+    float *v[QS_MLA_PARAM_COUNT];
+    qs_tensor t[QS_MLA_PARAM_COUNT];
+    qs_mla_weights w;
+} qw;
+
+static void qw_init(qw *m, const qs_mla_config *c, int split, uint64_t seed)
+{
+    rng_state = seed;
+    memset(m, 0, sizeof *m);
+    for (int p = 0; p < QS_MLA_PARAM_COUNT; p++) {
+        int64_t shape[2];
+        int nd = qs_mla_param_shape(c, split, (qs_mla_param)p, shape);
+        if (!nd)
+            continue;
+        size_t n = (size_t)(shape[0] * (nd == 2 ? shape[1] : 1));
+        int norm = p == QS_MLA_Q_NORM || p == QS_MLA_KV_NORM;
+        m->v[p] = rbuf(n, norm ? 0.2f : sqrtf(3.0f / (float)shape[1]), norm ? QS_FP32 : QS_BF16);
+        for (size_t e = 0; norm && e < n; e++)
+            m->v[p][e] += 1.0f;
+        ck_assert_int_eq(qs_tensor_alloc(NULL, &m->t[p], QS_BF16, nd, shape), QS_OK);
+        for (size_t e = 0; !norm && e < n; e++)
+            ((uint16_t *)m->t[p].data)[e] = qs_f32_to_bf16(m->v[p][e]);
+    }
+    qs_mla_weights w = {m->v[0], m->v[1], m->v[2], m->v[3], m->v[4],
+                        m->v[5], m->v[6], m->v[7], m->v[8], m->v[9]};
+    m->w = w;
+}
+
+static void qw_free(qw *m)
+{
+    for (int p = 0; p < QS_MLA_PARAM_COUNT; p++) {
+        free(m->v[p]);
+        qs_tensor_free(&m->t[p]);
+    }
+}
+
+/* A full set of quantizers of recipe kind (the defaults, NVFP4 with stochastic rounding of
+ * x too), one per linear and role. */
+typedef struct qset {
+    qs_quantizer q[QS_MLA_LINEAR_COUNT][QS_SCOPE_ROLE_COUNT];
+    qs_mla_quantizers p;
+} qset;
+
+static void qset_init(qset *s, qs_recipe_kind kind)
+{
+    qs_scope_recipe r;
+    ck_assert_int_eq(qs_scope_recipe_default(NULL, &r, kind), QS_OK);
+    if (kind == QS_RECIPE_DELAYED)
+        for (int i = 0; i < QS_SCOPE_ROLE_COUNT; i++)
+            r.cfg[i].history_len = 4;
+    if (kind == QS_RECIPE_NVFP4)
+        r.cfg[QS_SCOPE_X].sr = 1;
+    for (int l = 0; l < QS_MLA_LINEAR_COUNT; l++)
+        for (int role = 0; role < QS_SCOPE_ROLE_COUNT; role++) {
+            ck_assert_int_eq(qs_quantizer_init(NULL, &s->q[l][role], &r.cfg[role]), QS_OK);
+            s->p.q[l][role] = &s->q[l][role];
+        }
+}
+
+static void qset_free(qset *s)
+{
+    for (int l = 0; l < QS_MLA_LINEAR_COUNT; l++)
+        for (int role = 0; role < QS_SCOPE_ROLE_COUNT; role++)
+            qs_quantizer_free(&s->q[l][role]);
+}
+
+static qs_scope_token enter_region(qs_ctx *ctx, int enabled, int calibrating, qs_recipe_kind kind)
+{
+    qs_scope_recipe r;
+    ck_assert_int_eq(qs_scope_recipe_default(NULL, &r, kind), QS_OK);
+    qs_autocast_params a = {enabled, calibrating, &r, 0};
+    qs_scope_token tok;
+    ck_assert_int_eq(qs_autocast_enter(ctx, &a, &tok), QS_OK);
+    return tok;
+}
+
+/* A [rows, cols] BF16 tensor of the BF16 values v, and the values of a BF16 tensor. */
+static qs_tensor to_tensor(const float *v, int64_t rows, int64_t cols)
+{
+    qs_tensor t;
+    int64_t shape[2] = {rows, cols};
+    ck_assert_int_eq(qs_tensor_alloc(NULL, &t, QS_BF16, 2, shape), QS_OK);
+    for (size_t e = 0; e < t.numel; e++)
+        ((uint16_t *)t.data)[e] = qs_f32_to_bf16(v[e]);
+    return t;
+}
+
+static void from_tensor(const qs_tensor *t, float *v)
+{
+    for (size_t e = 0; e < t->numel; e++)
+        v[e] = qs_bf16_to_f32(((const uint16_t *)t->data)[e]);
+}
+
+/* One linear of the composition: qs_linear_forward with the quantizers of linear l of s
+ * (the recipe's default options, BF16 output), or qs_linear_hp_forward when s is NULL;
+ * keeps the quantized copies of the output projection for its backward. */
+typedef struct composer {
+    qs_ctx *ctx;
+    qset *s;
+    const qw *m;
+    qs_quantized xq_o, wq_o;
+} composer;
+
+static void lin(composer *k, qs_mla_linear l, qs_mla_param p, const float *x, int64_t in, float *y)
+{
+    qs_tensor xt = to_tensor(x, QT, in), yt;
+    qs_quantized xq, wq;
+    if (k->s == NULL) {
+        ck_assert_int_eq(qs_linear_hp_forward(k->ctx, &xt, &k->m->t[p], &yt), QS_OK);
+    } else {
+        qs_linear_options opt;
+        qs_linear_options_default(&opt, k->s->q[l][0].cfg.kind);
+        ck_assert_int_eq(qs_linear_forward(k->ctx, &opt, &k->s->q[l][QS_SCOPE_X],
+                                           &k->s->q[l][QS_SCOPE_W], &xt, &k->m->t[p], &yt, &xq,
+                                           &wq),
+                         QS_OK);
+        if (l == QS_MLA_OUT_PROJ) {
+            k->xq_o = xq;
+            k->wq_o = wq;
+        } else {
+            qs_quantized_free(&xq);
+            qs_quantized_free(&wq);
+        }
+    }
+    from_tensor(&yt, y);
+    qs_tensor_free(&xt);
+    qs_tensor_free(&yt);
+}
+
+/* [MLA-NORM] of each row, written from the rule. */
+static void norm_rows(const float *x, const float *w, int64_t n, float *y)
+{
+    for (int64_t t = 0; t < QT; t++) {
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            ss = ss + x[t * n + i] * x[t * n + i];
+        float rstd = qs_rsqrtf(ss / (float)n + 1e-6f);
+        for (int64_t i = 0; i < n; i++)
+            y[t * n + i] = qs_round_bf16((x[t * n + i] * rstd) * w[i]);
+    }
+}
+
+/* The block composed from public pieces [MLA-FWD]: the linears above, norms by the rule,
+ * qs_mla_rope, qs_sdpa_fwd, and in the absorbed form the two einsums in high precision by
+ * [MLA-ABSORBED]. o gets the attention output that feeds the output projection. */
+static void compose_fwd(composer *k, const qs_mla_config *c, const float *x, float *out, float *o)
+{
+    enum { H = 2, DQ = 16, R = 16 };
+    const qw *m = k->m;
+    int ab = c->absorbed, split = m->v[QS_MLA_W_UKV] == NULL;
+    int64_t dqq = ab ? R + 8 : DQ, hk = ab ? 1 : H, dvv = ab ? R : 8;
+    static float cq[QT * 16], cqn[QT * 16], q[QT * H * DQ], kvc[QT * 24], ckv[QT * R], c_[QT * R];
+    static float kvu[QT * H * 16], ku[QT * H * 8], vu[QT * H * 8], query[QT * H * 24];
+    static float key[QT * H * 24], value[QT * H * 16], att[QT * H * 16];
+    lin(k, QS_MLA_Q_DOWN, QS_MLA_W_DQ, x, QH, cq);
+    lin(k, QS_MLA_KV_DOWN, QS_MLA_W_DKV, x, QH, kvc);
+    norm_rows(cq, m->v[QS_MLA_Q_NORM], 16, cqn);
+    lin(k, QS_MLA_Q_UP, QS_MLA_W_UQ, cqn, 16, q);
+    for (int t = 0; t < QT; t++)
+        memcpy(ckv + t * R, kvc + t * 24, R * sizeof(float));
+    norm_rows(ckv, m->v[QS_MLA_KV_NORM], R, c_);
+    if (!ab && !split)
+        lin(k, QS_MLA_KV_UP, QS_MLA_W_UKV, c_, R, kvu);
+    if (!ab && split) {
+        lin(k, QS_MLA_K_UP, QS_MLA_W_UK, c_, R, ku);
+        lin(k, QS_MLA_V_UP, QS_MLA_W_UV, c_, R, vu);
+    }
+    const float *wuk = split ? m->v[QS_MLA_W_UK] : m->v[QS_MLA_W_UKV];
+    const float *wuv = split ? m->v[QS_MLA_W_UV] : m->v[QS_MLA_W_UKV];
+    int64_t krow = split ? 8 : 16, voff = split ? 0 : 8;
+    for (int t = 0; t < QT; t++) {
+        float kpe[8];
+        ck_assert_int_eq(qs_mla_rope(k->ctx, c, QS_BF16, t / 2, kvc + t * 24 + R, kpe), QS_OK);
+        for (int h = 0; h < H; h++) {
+            float *qo = query + (t * H + h) * dqq;
+            const float *qr = q + (t * H + h) * DQ;
+            ck_assert_int_eq(qs_mla_rope(k->ctx, c, QS_BF16, t / 2, qr + 8, qo + dqq - 8), QS_OK);
+            for (int cc = 0; ab && cc < R; cc++) { /* q_abs */
+                float acc = 0.0f;
+                for (int d = 0; d < 8; d++)
+                    acc = acc + qr[d] * wuk[(h * krow + d) * R + cc];
+                qo[cc] = qs_round_bf16(acc);
+            }
+            if (ab)
+                continue;
+            memcpy(qo, qr, 8 * sizeof(float));
+            float *kr = key + (t * H + h) * DQ;
+            memcpy(kr, split ? ku + (t * H + h) * 8 : kvu + t * H * 16 + h * 16, 8 * sizeof(float));
+            memcpy(kr + 8, kpe, 8 * sizeof(float));
+            memcpy(value + (t * H + h) * 8,
+                   split ? vu + (t * H + h) * 8 : kvu + t * H * 16 + h * 16 + 8, 8 * sizeof(float));
+        }
+        if (ab) {
+            memcpy(key + t * dqq, c_ + t * R, R * sizeof(float));
+            memcpy(key + t * dqq + R, kpe, 8 * sizeof(float));
+            memcpy(value + t * R, c_ + t * R, R * sizeof(float));
+        }
+    }
+    qs_sdpa_params p;
+    memset(&p, 0, sizeof p);
+    p.layout = QS_ATTN_SBHD;
+    p.mask = QS_ATTN_MASK_CAUSAL;
+    p.b = 2;
+    p.sq = p.sk = QT / 2;
+    p.h = H;
+    p.hkv = hk;
+    p.d = dqq;
+    p.dv = dvv;
+    p.scale = qs_mla_softmax_scale(c);
+    p.dtype = QS_BF16;
+    ck_assert_int_eq(qs_sdpa_fwd(k->ctx, &p, query, key, value, ab ? att : o, NULL), QS_OK);
+    for (int t = 0; ab && t < QT; t++) /* o = lat W_UV^T */
+        for (int h = 0; h < H; h++)
+            for (int e = 0; e < 8; e++) {
+                float acc = 0.0f;
+                for (int cc = 0; cc < R; cc++)
+                    acc = acc + att[(t * H + h) * R + cc] * wuv[(h * krow + voff + e) * R + cc];
+                o[(t * H + h) * 8 + e] = qs_round_bf16(acc);
+            }
+    lin(k, QS_MLA_OUT_PROJ, QS_MLA_W_O, o, H * 8, out);
+}
+
+static double cos_f(const float *a, const float *b, size_t n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t e = 0; e < n; e++) {
+        ab += (double)a[e] * b[e];
+        aa += (double)a[e] * a[e];
+        bb += (double)b[e] * b[e];
+    }
+    return ab / sqrt(aa * bb);
+}
+
+/* Gradient buffers for quant_cfg (every parameter, FP32). */
+typedef struct qg {
+    float *v[QS_MLA_PARAM_COUNT], dx[QT * QH];
+    qs_mla_grads g;
+} qg;
+
+static void qg_init(qg *g, const qs_mla_config *c, int split)
+{
+    for (int p = 0; p < QS_MLA_PARAM_COUNT; p++) {
+        int64_t shape[2];
+        int nd = qs_mla_param_shape(c, split, (qs_mla_param)p, shape);
+        g->v[p] = nd ? calloc((size_t)(shape[0] * (nd == 2 ? shape[1] : 1)), sizeof(float)) : NULL;
+    }
+    qs_mla_grads gg = {g->dx,   g->v[0], g->v[1], g->v[2], g->v[3], g->v[4],
+                       g->v[5], g->v[6], g->v[7], g->v[8], g->v[9]};
+    g->g = gg;
+}
+
+static void qg_free(qg *g)
+{
+    for (int p = 0; p < QS_MLA_PARAM_COUNT; p++)
+        free(g->v[p]);
+}
+
+/* [MLA-LINEAR] [MLA-LINEAR-QUANT] [MLA-ABSORBED-HP] [MLA-SPLIT-KV] [MLA-FWD] [MLA-BWD]: in an
+ * enabled autocast of each recipe, qs_mla_forward equals, bit for bit, the block composed
+ * by hand from qs_linear_forward calls with quantizers of the same configuration (and, in
+ * the absorbed form, the W_UK / W_UV einsums in high precision); so do the delayed-scaling
+ * amax slots the two leave. The backward's dW_O is bitwise qs_linear_backward's wgrad
+ * (FP32 output) over the composition's saved copies. The output differs from the
+ * high-precision one but stays close: cosine > 0.99 (FP8), > 0.9 (NVFP4). In the absorbed
+ * form the K/V up-projection quantizers are never touched. The FP32 dgrad rounded to BF16
+ * is the dgrad of output dtype BF16 bit for bit. */
+static void check_quantized(int split, int absorbed)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = quant_cfg(16, absorbed);
+    qw m;
+    qw_init(&m, &c, split, 1000 + (uint64_t)(split + 2 * absorbed));
+    qs_mla_shape sh = sbhd_shape(2, QT / 2, QS_BF16);
+    float *x = rbuf(QT * QH, 1.0f, QS_BF16), *dout = rbuf(QT * QH, 1.0f, QS_BF16);
+    static float hp[QT * QH], out[QT * QH], want[QT * QH], o[QT * 16];
+    ck_assert_int_eq(qs_mla_fwd(ctx, &c, &sh, &m.w, x, hp), QS_OK);
+    for (int kind = 0; kind < QS_RECIPE_COUNT; kind++) {
+        static qset a, b;
+        qset_init(&a, (qs_recipe_kind)kind);
+        qset_init(&b, (qs_recipe_kind)kind);
+        qs_scope_token tok = enter_region(ctx, 1, 0, (qs_recipe_kind)kind);
+        qs_status st = qs_mla_forward(ctx, &c, &sh, &m.w, &a.p, x, out);
+        ck_assert_msg(st == QS_OK, "%s: %s", qs_recipe_kind_name(kind), qs_ctx_errmsg(ctx));
+        composer k;
+        memset(&k, 0, sizeof k);
+        k.ctx = ctx, k.s = &b, k.m = &m;
+        compose_fwd(&k, &c, x, want, o);
+        for (int e = 0; e < QT * QH; e++)
+            ck_assert_msg(qs_f32_bits(out[e]) == qs_f32_bits(want[e]), "%s out[%d]: %a vs %a",
+                          qs_recipe_kind_name(kind), e, (double)out[e], (double)want[e]);
+        qg g;
+        qg_init(&g, &c, split);
+        ck_assert_int_eq(qs_mla_backward(ctx, &c, &sh, &m.w, &a.p, x, dout, &g.g), QS_OK);
+        qs_tensor dyt = to_tensor(dout, QT, QH), dxo, dwo;
+        qs_linear_options opt;
+        qs_linear_options_default(&opt, (qs_recipe_kind)kind);
+        opt.out_dtype = QS_FP32;
+        ck_assert_int_eq(qs_linear_backward(ctx, &opt, &b.q[QS_MLA_OUT_PROJ][QS_SCOPE_DY], &dyt,
+                                            &k.xq_o, &k.wq_o, &dxo, &dwo),
+                         QS_OK);
+        for (size_t e = 0; e < dwo.numel; e++)
+            ck_assert_msg(qs_f32_bits(((float *)dwo.data)[e]) == qs_f32_bits(g.v[QS_MLA_W_O][e]),
+                          "%s dw_o[%zu]", qs_recipe_kind_name(kind), e);
+        qs_tensor dxb, dwb; /* the FP32 dgrad rounded to BF16 is the BF16 dgrad */
+        opt.out_dtype = QS_BF16;
+        ck_assert_int_eq(qs_linear_backward(ctx, &opt, &b.q[QS_MLA_OUT_PROJ][QS_SCOPE_DY], &dyt,
+                                            &k.xq_o, &k.wq_o, &dxb, &dwb),
+                         QS_OK);
+        for (size_t e = 0; e < dxb.numel; e++)
+            ck_assert_uint_eq(((uint16_t *)dxb.data)[e], qs_f32_to_bf16(((float *)dxo.data)[e]));
+        qs_tensor_free(&dxb);
+        qs_tensor_free(&dwb);
+        ck_assert_int_eq(qs_autocast_exit(ctx, tok), QS_OK);
+        for (int l = 0; kind == QS_RECIPE_DELAYED && l < QS_MLA_LINEAR_COUNT; l++)
+            for (int role = 0; role < 2; role++)
+                ck_assert_uint_eq(qs_f32_bits(a.q[l][role].ds.history[0]),
+                                  qs_f32_bits(b.q[l][role].ds.history[0]));
+        if (absorbed && kind == QS_RECIPE_DELAYED) /* [MLA-ABSORBED-HP] */
+            for (int l = QS_MLA_KV_UP; l <= QS_MLA_V_UP; l++)
+                for (int role = 0; role < QS_SCOPE_ROLE_COUNT; role++)
+                    ck_assert(a.q[l][role].ds.history[0] == 0.0f);
+        double cs = cos_f(out, hp, QT * QH), bound = kind == QS_RECIPE_NVFP4 ? 0.9 : 0.99;
+        ck_assert_msg(cs > bound, "%s: cosine %.6f", qs_recipe_kind_name(kind), cs);
+        ck_assert_msg(memcmp(out, hp, sizeof hp) != 0, "%s equals high precision",
+                      qs_recipe_kind_name(kind));
+        qs_tensor_free(&dyt);
+        qs_tensor_free(&dxo);
+        qs_tensor_free(&dwo);
+        qs_quantized_free(&k.xq_o);
+        qs_quantized_free(&k.wq_o);
+        qg_free(&g);
+        qset_free(&a);
+        qset_free(&b);
+    }
+    free(x), free(dout);
+    qw_free(&m);
+    qs_ctx_free(ctx);
+}
+
+START_TEST(test_quantized_plain_combined_equals_hand_composed_linears)
+{
+    check_quantized(0, 0);
+}
+END_TEST
+
+START_TEST(test_quantized_plain_split_equals_hand_composed_linears)
+{
+    check_quantized(1, 0);
+}
+END_TEST
+
+START_TEST(test_quantized_absorbed_keeps_kv_up_in_high_precision)
+{
+    check_quantized(0, 1);
+    check_quantized(1, 1);
+}
+END_TEST
+
+/* [MLA-LINEAR-HP] [GEMM-LIN-HP]: outside any region, in BF16, the block equals bit for bit
+ * the composition from qs_linear_hp_forward calls, and its FP32 dW_O rounded to BF16 is
+ * qs_linear_hp_backward's dW of the output projection. */
+START_TEST(test_high_precision_linears_are_the_hp_linear)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    for (int split = 0; split < 2; split++) {
+        qs_mla_config c = quant_cfg(16, 0);
+        qw m;
+        qw_init(&m, &c, split, 1100 + (uint64_t)split);
+        qs_mla_shape sh = sbhd_shape(2, QT / 2, QS_BF16);
+        float *x = rbuf(QT * QH, 1.0f, QS_BF16), *dout = rbuf(QT * QH, 1.0f, QS_BF16);
+        static float out[QT * QH], want[QT * QH], o[QT * 16];
+        ck_assert_int_eq(qs_mla_fwd(ctx, &c, &sh, &m.w, x, out), QS_OK);
+        composer k;
+        memset(&k, 0, sizeof k);
+        k.ctx = ctx, k.m = &m;
+        compose_fwd(&k, &c, x, want, o);
+        for (int e = 0; e < QT * QH; e++)
+            ck_assert_msg(qs_f32_bits(out[e]) == qs_f32_bits(want[e]), "out[%d]: %a vs %a", e,
+                          (double)out[e], (double)want[e]);
+        qg g;
+        qg_init(&g, &c, split);
+        ck_assert_int_eq(qs_mla_bwd(ctx, &c, &sh, &m.w, x, dout, &g.g), QS_OK);
+        qs_tensor dyt = to_tensor(dout, QT, QH), ot = to_tensor(o, QT, 16), dxo, dwo;
+        ck_assert_int_eq(qs_linear_hp_backward(ctx, &dyt, &ot, &m.t[QS_MLA_W_O], &dxo, &dwo),
+                         QS_OK);
+        for (size_t e = 0; e < dwo.numel; e++)
+            ck_assert_uint_eq(((uint16_t *)dwo.data)[e], qs_f32_to_bf16(g.v[QS_MLA_W_O][e]));
+        qs_tensor_free(&dyt), qs_tensor_free(&ot), qs_tensor_free(&dxo), qs_tensor_free(&dwo);
+        qg_free(&g);
+        free(x), free(dout);
+        qw_free(&m);
+    }
+    qs_ctx_free(ctx);
+}
+END_TEST
+
+/* [MLA-LINEAR] [MLA-LINEAR-HP] [SCOPE-ISLAND]: inside an island within an enabled MXFP8
+ * region the block runs in high precision: forward and backward equal, bit for bit, the
+ * calls outside any region, and no quantizer records anything. */
+START_TEST(test_island_runs_the_linears_in_high_precision)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = quant_cfg(16, 0);
+    qw m;
+    qw_init(&m, &c, 0, 1200);
+    qs_mla_shape sh = sbhd_shape(2, QT / 2, QS_BF16);
+    float *x = rbuf(QT * QH, 1.0f, QS_BF16), *dout = rbuf(QT * QH, 1.0f, QS_BF16);
+    static float hp[QT * QH], out[QT * QH];
+    qg gh, gi;
+    qg_init(&gh, &c, 0);
+    qg_init(&gi, &c, 0);
+    ck_assert_int_eq(qs_mla_fwd(ctx, &c, &sh, &m.w, x, hp), QS_OK);
+    ck_assert_int_eq(qs_mla_bwd(ctx, &c, &sh, &m.w, x, dout, &gh.g), QS_OK);
+    static qset a;
+    qset_init(&a, QS_RECIPE_DELAYED);
+    qs_scope_token tok = enter_region(ctx, 1, 0, QS_RECIPE_DELAYED), isl;
+    ck_assert_int_eq(qs_island_enter(ctx, QS_BF16, &isl), QS_OK);
+    ck_assert_int_eq(qs_mla_forward(ctx, &c, &sh, &m.w, &a.p, x, out), QS_OK);
+    ck_assert_int_eq(qs_mla_backward(ctx, &c, &sh, &m.w, &a.p, x, dout, &gi.g), QS_OK);
+    ck_assert_int_eq(qs_autocast_exit(ctx, isl), QS_OK);
+    ck_assert_int_eq(qs_autocast_exit(ctx, tok), QS_OK);
+    ck_assert_int_eq(memcmp(out, hp, sizeof hp), 0);
+    ck_assert_int_eq(memcmp(gi.dx, gh.dx, sizeof gh.dx), 0);
+    ck_assert_int_eq(memcmp(gi.v[QS_MLA_W_DQ], gh.v[QS_MLA_W_DQ], 16 * QH * sizeof(float)), 0);
+    for (int l = 0; l < QS_MLA_LINEAR_COUNT; l++)
+        for (int role = 0; role < QS_SCOPE_ROLE_COUNT; role++)
+            ck_assert(a.q[l][role].ds.history[0] == 0.0f);
+    qset_free(&a);
+    qg_free(&gh), qg_free(&gi);
+    free(x), free(dout);
+    qw_free(&m);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
+/* [MLA-LINEAR-CALIB] [SCOPE-POLICY-CALIB]: a calibrating delayed-scaling region computes in
+ * high precision (bitwise the call outside any region) and writes the current amax slot of
+ * each linear's x and w quantizers: q_down's x slot is amax(x), each weight slot its
+ * weight's amax, and no scale changes. A calibrating region of a stateless recipe needs no
+ * quantizers. */
+START_TEST(test_calibrating_region_records_amax_in_high_precision)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = quant_cfg(16, 0);
+    qw m;
+    qw_init(&m, &c, 0, 1300);
+    qs_mla_shape sh = sbhd_shape(2, QT / 2, QS_BF16);
+    float *x = rbuf(QT * QH, 1.0f, QS_BF16);
+    static float hp[QT * QH], out[QT * QH];
+    ck_assert_int_eq(qs_mla_fwd(ctx, &c, &sh, &m.w, x, hp), QS_OK);
+    static qset a;
+    qset_init(&a, QS_RECIPE_DELAYED);
+    qs_scope_token tok = enter_region(ctx, 0, 1, QS_RECIPE_DELAYED);
+    ck_assert_int_eq(qs_mla_forward(ctx, &c, &sh, &m.w, &a.p, x, out), QS_OK);
+    ck_assert_int_eq(qs_autocast_exit(ctx, tok), QS_OK);
+    ck_assert_int_eq(memcmp(out, hp, sizeof hp), 0);
+    float ax = 0.0f;
+    for (int e = 0; e < QT * QH; e++)
+        ax = fabsf(x[e]) > ax ? fabsf(x[e]) : ax;
+    ck_assert_uint_eq(qs_f32_bits(a.q[QS_MLA_Q_DOWN][QS_SCOPE_X].ds.history[0]), qs_f32_bits(ax));
+    const int lins[] = {QS_MLA_Q_DOWN, QS_MLA_Q_UP, QS_MLA_KV_DOWN, QS_MLA_KV_UP, QS_MLA_OUT_PROJ};
+    const int pars[] = {QS_MLA_W_DQ, QS_MLA_W_UQ, QS_MLA_W_DKV, QS_MLA_W_UKV, QS_MLA_W_O};
+    for (int i = 0; i < 5; i++) {
+        float aw = 0.0f;
+        for (size_t e = 0; e < m.t[pars[i]].numel; e++)
+            aw = fabsf(m.v[pars[i]][e]) > aw ? fabsf(m.v[pars[i]][e]) : aw;
+        ck_assert_uint_eq(qs_f32_bits(a.q[lins[i]][QS_SCOPE_W].ds.history[0]), qs_f32_bits(aw));
+        ck_assert(a.q[lins[i]][QS_SCOPE_W].ds.scale == 1.0f);
+    }
+    tok = enter_region(ctx, 0, 1, QS_RECIPE_CURRENT);
+    ck_assert_int_eq(qs_mla_forward(ctx, &c, &sh, &m.w, NULL, x, out), QS_OK);
+    ck_assert_int_eq(qs_autocast_exit(ctx, tok), QS_OK);
+    ck_assert_int_eq(memcmp(out, hp, sizeof hp), 0);
+    qset_free(&a);
+    free(x);
+    qw_free(&m);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
+/* [MLA-LINEAR-QUANT]: in an enabled region a linear without quantizers, or with quantizers
+ * of another recipe kind, is rejected with a message naming the linear; the region is left
+ * as it was entered. */
+START_TEST(test_quantized_linears_need_quantizers_of_the_region_recipe)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = quant_cfg(16, 0);
+    qw m;
+    qw_init(&m, &c, 0, 1400);
+    qs_mla_shape sh = sbhd_shape(2, QT / 2, QS_BF16);
+    float *x = rbuf(QT * QH, 1.0f, QS_BF16);
+    static float out[QT * QH];
+    qs_scope_token tok = enter_region(ctx, 1, 0, QS_RECIPE_CURRENT);
+    ck_assert_int_eq(qs_mla_fwd(ctx, &c, &sh, &m.w, x, out), QS_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "'q_down' runs under recipe current"));
+    static qset a;
+    qset_init(&a, QS_RECIPE_CURRENT);
+    a.p.q[QS_MLA_KV_UP][QS_SCOPE_W] = NULL;
+    ck_assert_int_eq(qs_mla_forward(ctx, &c, &sh, &m.w, &a.p, x, out), QS_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "'kv_up'"));
+    qset_free(&a);
+    qset_init(&a, QS_RECIPE_MXFP8);
+    ck_assert_int_eq(qs_mla_forward(ctx, &c, &sh, &m.w, &a.p, x, out), QS_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "is mxfp8, the region's recipe is current"));
+    qs_scope_state st;
+    qs_scope_get(ctx, &st);
+    ck_assert_int_eq(st.depth, 1);
+    ck_assert_int_eq(qs_autocast_exit(ctx, tok), QS_OK);
+    qset_free(&a);
+    free(x);
+    qw_free(&m);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
+/* [MLA-SPLIT-KV] [MLA-BWD]: split K/V weights are two linears. In high precision the
+ * forward equals the combined one bitwise and so do dW_UK, dW_UV (the same rows of
+ * dW_UKV, the same sums) and dW_O; dc is the sum of the two dgrads, each rounded, so dx
+ * agrees with the combined one only to BF16 rounding (cosine > 0.9999). Under current
+ * scaling the two linears have their own tensor scales (the V rows are scaled by 0.7 so
+ * that their amax differs from the K rows'): the outputs are not bitwise those of the
+ * combined form, though close. */
+START_TEST(test_split_kv_is_two_linears)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_mla_config c = quant_cfg(16, 0);
+    qw mc, ms;
+    qw_init(&mc, &c, 0, 1500);
+    qw_init(&ms, &c, 1, 1500);
+    for (int e = 0; e < 2 * 16 * 16; e++) /* V rows of a smaller amax than the K rows */
+        if (e / 16 % 16 >= 8)
+            mc.v[QS_MLA_W_UKV][e] = qs_round_bf16(0.7f * mc.v[QS_MLA_W_UKV][e]);
+    for (int h = 0; h < 2; h++) { /* the same rows */
+        memcpy(ms.v[QS_MLA_W_UK] + h * 8 * 16, mc.v[QS_MLA_W_UKV] + h * 16 * 16,
+               128 * sizeof(float));
+        memcpy(ms.v[QS_MLA_W_UV] + h * 8 * 16, mc.v[QS_MLA_W_UKV] + (h * 16 + 8) * 16,
+               128 * sizeof(float));
+    }
+    for (int p = 0; p < QS_MLA_PARAM_COUNT; p++)
+        if (ms.v[p] && mc.v[p])
+            memcpy(ms.v[p], mc.v[p], mc.t[p].numel * sizeof(float));
+    qs_mla_shape sh = sbhd_shape(2, QT / 2, QS_BF16);
+    float *x = rbuf(QT * QH, 1.0f, QS_BF16), *dout = rbuf(QT * QH, 1.0f, QS_BF16);
+    static float oc[QT * QH], os[QT * QH];
+    qg gc, gs;
+    qg_init(&gc, &c, 0);
+    qg_init(&gs, &c, 1);
+    ck_assert_int_eq(qs_mla_fwd(ctx, &c, &sh, &mc.w, x, oc), QS_OK);
+    ck_assert_int_eq(qs_mla_fwd(ctx, &c, &sh, &ms.w, x, os), QS_OK);
+    ck_assert_int_eq(memcmp(oc, os, sizeof oc), 0);
+    ck_assert_int_eq(qs_mla_bwd(ctx, &c, &sh, &mc.w, x, dout, &gc.g), QS_OK);
+    ck_assert_int_eq(qs_mla_bwd(ctx, &c, &sh, &ms.w, x, dout, &gs.g), QS_OK);
+    for (int h = 0; h < 2; h++) {
+        ck_assert_int_eq(
+            memcmp(gs.v[QS_MLA_W_UK] + h * 128, gc.v[QS_MLA_W_UKV] + h * 256, 128 * sizeof(float)),
+            0);
+        ck_assert_int_eq(memcmp(gs.v[QS_MLA_W_UV] + h * 128, gc.v[QS_MLA_W_UKV] + h * 256 + 128,
+                                128 * sizeof(float)),
+                         0);
+    }
+    ck_assert_int_eq(memcmp(gs.v[QS_MLA_W_O], gc.v[QS_MLA_W_O], 32 * 16 * sizeof(float)), 0);
+    ck_assert_msg(cos_f(gs.dx, gc.dx, QT * QH) > 0.9999, "dx cosine %.8f",
+                  cos_f(gs.dx, gc.dx, QT * QH));
+    static qset a, b;
+    qset_init(&a, QS_RECIPE_CURRENT);
+    qset_init(&b, QS_RECIPE_CURRENT);
+    qs_scope_token tok = enter_region(ctx, 1, 0, QS_RECIPE_CURRENT);
+    ck_assert_int_eq(qs_mla_forward(ctx, &c, &sh, &mc.w, &a.p, x, oc), QS_OK);
+    ck_assert_int_eq(qs_mla_forward(ctx, &c, &sh, &ms.w, &b.p, x, os), QS_OK);
+    ck_assert_int_eq(qs_autocast_exit(ctx, tok), QS_OK);
+    ck_assert_int_ne(memcmp(oc, os, sizeof oc), 0);
+    ck_assert(cos_f(oc, os, QT * QH) > 0.99);
+    qset_free(&a), qset_free(&b);
+    qg_free(&gc), qg_free(&gs);
+    free(x), free(dout);
+    qw_free(&mc), qw_free(&ms);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *mla_suite(void)
 {
     Suite *s = suite_create("mla");
@@ -893,6 +1496,14 @@ static Suite *mla_suite(void)
     tcase_add_test(tc, test_bwd_thd_matches_bshd_and_per_sequence);
     tcase_add_test(tc, test_bwd_rejects_missing_gradient);
     tcase_add_test(tc, test_bad_configuration_is_rejected);
+    tcase_add_test(tc, test_quantized_plain_combined_equals_hand_composed_linears);
+    tcase_add_test(tc, test_quantized_plain_split_equals_hand_composed_linears);
+    tcase_add_test(tc, test_quantized_absorbed_keeps_kv_up_in_high_precision);
+    tcase_add_test(tc, test_high_precision_linears_are_the_hp_linear);
+    tcase_add_test(tc, test_island_runs_the_linears_in_high_precision);
+    tcase_add_test(tc, test_calibrating_region_records_amax_in_high_precision);
+    tcase_add_test(tc, test_quantized_linears_need_quantizers_of_the_region_recipe);
+    tcase_add_test(tc, test_split_kv_is_two_linears);
     suite_add_tcase(s, tc);
     return s;
 }

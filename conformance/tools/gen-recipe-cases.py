@@ -196,3 +196,46 @@ with open(OUT + "/recipes-nvfp4.yaml", "w") as f:
                  [("recipe", "nvfp4"), ("variant", variant), ("rht", "0"), ("sr", "0")],
                  inp("fp32", (16, 32), values=vals, inject=inj or ()) if vals else
                  inp("fp32", (16, 32), "normal: {mean: 0, std: 1}", inject=inj), NV)
+
+# Dequantization of every recipe, variant and direction [REC-DEQ-*]: the quantize outputs
+# plus row_dequant and col_dequant (a plugin's through its dequantize slot).
+DEQ = ["row_dequant", "col_dequant"]
+with open(OUT + "/recipes-dequant.yaml", "w") as f:
+    header(f, "dequantization")
+    spec_inj = [("random", "nan"), ("random", "inf"), ("random", "-inf"), ("random", "-0"), ("random", "1e30")]
+    for role in ["input", "grad_output"]:
+        case(f, "rec.dequant.current.%s" % role, ["REC-DEQ-TW", "REC-DEQ-SHAPE", "REC-TW-LAYOUT"],
+             [("recipe", "current"), ("role", role)],
+             inp("fp32", (33, 70), "normal: {mean: 0, std: 300}", inject=spec_inj), TW + DEQ)
+    case(f, "rec.dequant.delayed.sequence", ["REC-DEQ-TW", "REC-DEQ-SHAPE", "REC-DS-QUANT"],
+         [("recipe", "delayed"), ("history", "4")],
+         inp("bf16", (3, 33, 70), "normal: {mean: 0, std: 50}", inject=[("random", "1000")]),
+         TW + ["scales", "history"] + DEQ, "the dequantization of the last step")
+    for rule in ["te", "ocp"]:
+        for elem in ["e4m3", "e5m2"]:
+            case(f, "rec.dequant.mxfp8.%s.%s" % (rule, elem), ["REC-DEQ-MX", "REC-DEQ-SHAPE", "REC-MX-LAYOUT"],
+                 [("recipe", "mxfp8"), ("rule", rule), ("elem", elem)],
+                 inp("bf16", (33, 70), "normal: {mean: 0, std: 100}", inject=spec_inj), BLK + DEQ,
+                 "a block with an Inf: te scale 0xFE, ocp scale 0xFF (NaN)")
+    for tile in ["1d", "2d"]:
+        case(f, "rec.dequant.block.%s" % tile, ["REC-DEQ-BLK", "REC-DEQ-SHAPE",
+                                               "REC-BLK-2D-COL" if tile == "2d" else "REC-BLK-1D-COL"],
+             [("recipe", "block"), ("tile", tile)],
+             inp("fp32", (130, 300), "normal: {mean: 0, std: 30}", inject=spec_inj), BLK + DEQ)
+    for tile in ["1d", "2d"]:
+        for variant in ["te", "torchao"]:
+            case(f, "rec.dequant.nvfp4.%s.%s" % (tile, variant),
+                 ["REC-DEQ-NV-TORCHAO" if variant == "torchao" else "REC-DEQ-NV", "REC-DEQ-SHAPE",
+                  "REC-NV-2D-COL" if tile == "2d" else "REC-NV-1D-COL"],
+                 [("recipe", "nvfp4"), ("tile", tile), ("variant", variant), ("rht", "0"), ("sr", "0")],
+                 inp("fp32", (33, 70), "normal: {mean: 0, std: 2}", inject=[("random", "6.5"), ("random", "-0"), ("random", "nan")]),
+                 NV + DEQ)
+    case(f, "rec.dequant.nvfp4.rht", ["REC-DEQ-SHAPE", "REC-DEQ-NV", "REC-NV-RHT"],
+         [("recipe", "nvfp4"), ("rht", "1"), ("sr", "0")], inp("bf16", (48, 64), "normal: {mean: 0, std: 2}"),
+         NV + DEQ, "an RHT columnwise copy dequantizes to the transformed values")
+    case(f, "rec.dequant.nvfp4.grad-default", ["REC-DEQ-NV", "REC-NV-SR"],
+         [("recipe", "nvfp4"), ("role", "grad_output")], inp("bf16", (32, 64), "normal: {mean: 0, std: 1}"),
+         NV + DEQ, "gradient defaults: Hadamard transform and stochastic rounding on")
+    case(f, "rec.dequant.nvfp4.zero.torchao", ["REC-DEQ-NV-TORCHAO", "REC-NV-TORCHAO-ZERO"],
+         [("recipe", "nvfp4"), ("variant", "torchao"), ("rht", "0"), ("sr", "0")],
+         inp("fp32", (16, 32), values=["0"]), NV + DEQ, "pts = 0: block scales 2^-6, codes 0")

@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <vector>
 
+#include <cuda_fp16.h>
+
 #include "../qc_kernels.h"
+#include "bench_nvfp4.inc"
 
 namespace {
 
@@ -92,8 +95,12 @@ void k_amax(const bench_ctx &c, const buffers &b)
 void k_delayed_row(const bench_ctx &c, const buffers &b)
 {
     qc_tw_params p = {0, 0, 0.5f, 0.0f, 0};
-    CHECK(qc_amax(input(c, b), b.amax));
     CHECK(qc_tensorwise(input(c, b), p, b.amax, b.row, nullptr));
+}
+void k_delayed_both(const bench_ctx &c, const buffers &b)
+{
+    qc_tw_params p = {0, 0, 0.5f, 0.0f, 0};
+    CHECK(qc_tensorwise(input(c, b), p, b.amax, b.row, b.col));
 }
 void k_current_row(const bench_ctx &c, const buffers &b)
 {
@@ -149,6 +156,135 @@ void alloc_set(buffers &b, int64_t n, uint32_t seed)
     CHECK(cudaGetLastError());
 }
 
+/* Plants NaN, +-Inf, a zero 128x128 tile and a huge value into a BF16 tensor [M, K]. */
+__global__ void plant_specials(uint16_t *x, int64_t M, int64_t K)
+{
+    int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t < 128 * 128) { /* the tile at (128, 256) is all zeros (-0 in its first row) */
+        int64_t m = 128 + t / 128, k = 256 + t % 128;
+        if (m < M && k < K)
+            x[m * K + k] = m == 128 ? 0x8000u : 0u;
+    }
+    if (t == 0 && M > 8 && K > 300) {
+        x[1 * K + 5] = 0x7FC1u;  /* NaN */
+        x[2 * K + 40] = 0x7F80u; /* +Inf */
+        x[3 * K + 77] = 0xFF80u; /* -Inf */
+        x[5 * K + 300] = 0x7F7Fu; /* the largest finite BF16 */
+        x[6 * K + 9] = 0x0001u;  /* the smallest subnormal */
+    }
+}
+
+__global__ void widen(const uint16_t *x, size_t n, int to_fp16, void *out)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float v = __uint_as_float(static_cast<uint32_t>(x[i]) << 16);
+    if (to_fp16)
+        static_cast<__half *>(out)[i] = __float2half_rn(v);
+    else
+        static_cast<float *>(out)[i] = v;
+}
+
+/* One quantization written into (row, col, rs, cs, amax). */
+typedef void (*quant_fn)(const qc_input &in, const buffers &b, int variant);
+
+void q_tw(const qc_input &in, const buffers &b, int v)
+{
+    qc_tw_params p = {v & 1, (v >> 1) & 1, 0.75f, 0.0f, (v >> 2) & 1};
+    if (p.from_amax)
+        CHECK(qc_amax(in, b.amax));
+    CHECK(qc_tensorwise(in, p, b.amax, b.row, (v >> 3) & 1 ? b.col : nullptr));
+}
+void q_mx(const qc_input &in, const buffers &b, int v)
+{
+    qc_copy col = (v >> 2) & 1 ? qc_copy{b.col, b.cs} : qc_copy{nullptr, nullptr};
+    CHECK(qc_mxfp8(in, v & 1, (v >> 1) & 1, qc_copy{b.row, b.rs}, col));
+}
+void q_b1(const qc_input &in, const buffers &b, int v)
+{
+    qc_block_params p = {v & 1, 0.0f, (v >> 1) & 1, 3.38953139e38f};
+    qc_copy col = (v >> 2) & 1 ? qc_copy{b.col, b.cs} : qc_copy{nullptr, nullptr};
+    CHECK(qc_block_1d(in, p, qc_copy{b.row, b.rs}, col));
+}
+void q_b2(const qc_input &in, const buffers &b, int v)
+{
+    qc_block_params p = {v & 1, 1e-12f, (v >> 1) & 1, 3.38953139e38f};
+    CHECK(qc_block_2d(in, p, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
+}
+
+/* Runs f with the fast paths and again with the generic kernels on the same input and
+ * compares every output byte; returns the number of differing bytes. */
+size_t compare_paths(const qc_input &in, const buffers &f, const buffers &g, int64_t n, quant_fn fn,
+                     int variant)
+{
+    const size_t sizes[5] = {static_cast<size_t>(n), static_cast<size_t>(n), static_cast<size_t>(n / 8),
+                             static_cast<size_t>(n / 8), 4};
+    uint8_t *fb[5] = {f.row, f.col, f.rs, f.cs, reinterpret_cast<uint8_t *>(f.amax)};
+    uint8_t *gb[5] = {g.row, g.col, g.rs, g.cs, reinterpret_cast<uint8_t *>(g.amax)};
+    for (int i = 0; i < 5; i++) {
+        CHECK(cudaMemset(fb[i], 0xA5, sizes[i]));
+        CHECK(cudaMemset(gb[i], 0xA5, sizes[i]));
+    }
+    qc_force_generic = 0;
+    fn(in, f, variant);
+    qc_force_generic = 1;
+    fn(in, g, variant);
+    qc_force_generic = 0;
+    CHECK(cudaDeviceSynchronize());
+    size_t bad = 0;
+    std::vector<uint8_t> a, b;
+    for (int i = 0; i < 5; i++) {
+        a.resize(sizes[i]);
+        b.resize(sizes[i]);
+        CHECK(cudaMemcpy(a.data(), fb[i], sizes[i], cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(b.data(), gb[i], sizes[i], cudaMemcpyDeviceToHost));
+        for (size_t j = 0; j < sizes[i]; j++)
+            bad += a[j] != b[j];
+    }
+    return bad;
+}
+
+/* The fast paths against the generic kernels (themselves checked against the reference by
+ * the conformance cases) on inputs with NaN, Inf, zero tiles and extremes, for every
+ * input dtype and every variant bit. Returns the number of failing comparisons. */
+int verify_fast_paths(bench_ctx &c)
+{
+    struct job {
+        const char *name;
+        quant_fn fn;
+        int nvariants;
+    } jobs[] = {{"tensorwise", q_tw, 16}, {"mxfp8", q_mx, 8}, {"block 1x128", q_b1, 8}, {"block 128x128", q_b2, 4}};
+    int64_t n = c.M * c.K;
+    plant_specials<<<64, 256>>>(c.set[0].x, c.M, c.K);
+    CHECK(cudaGetLastError());
+    void *wide;
+    CHECK(cudaMalloc(&wide, static_cast<size_t>(n) * 4));
+    int failures = 0, runs = 0;
+    for (int dt = 0; dt < 3; dt++) {
+        qc_input in = {c.set[0].x, QC_IN_BF16, c.M, c.K};
+        if (dt != QC_IN_BF16) {
+            widen<<<static_cast<unsigned>((n + 255) / 256), 256>>>(c.set[0].x, static_cast<size_t>(n),
+                                                                 dt == QC_IN_FP16, wide);
+            CHECK(cudaGetLastError());
+            in.x = wide;
+            in.dtype = dt;
+        }
+        for (const job &j : jobs)
+            for (int v = 0; v < j.nvariants; v++) {
+                size_t bad = compare_paths(in, c.set[1], c.set[2], n, j.fn, v);
+                runs++;
+                if (bad) {
+                    failures++;
+                    printf("verify: %s dtype %d variant %d: %zu bytes differ\n", j.name, dt, v, bad);
+                }
+            }
+    }
+    CHECK(cudaFree(wide));
+    printf("verify: fast paths against the generic kernels: %d of %d comparisons differ\n", failures, runs);
+    return failures;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -160,6 +296,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < kRot; i++)
         alloc_set(c.set[i], n, 0x9E3779B9u * (i + 1));
     CHECK(cudaDeviceSynchronize());
+    int verify_failures = verify_fast_paths(c);
+    for (int i = 0; i < kRot; i++) /* the benchmark runs on the unplanted inputs */
+        fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(c.set[i].x, static_cast<size_t>(n),
+                                                                 0x9E3779B9u * (i + 1));
+    CHECK(cudaDeviceSynchronize());
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     /* Bytes per element: BF16 in = 2, each FP8 copy = 1, scales by their block size;
@@ -168,6 +309,7 @@ int main(int argc, char **argv)
         {"copy (D2D, read+write)", k_copy, 4.0},
         {"amax", k_amax, 2.0},
         {"delayed rowwise (amax+cast)", k_delayed_row, 3.0},
+        {"delayed row+col(T)", k_delayed_both, 4.0},
         {"current rowwise", k_current_row, 5.0},
         {"current row+col(T)", k_current_both, 6.0},
         {"mxfp8 rowwise", k_mx_row, 3.0 + 1.0 / 32},
@@ -188,5 +330,6 @@ int main(int argc, char **argv)
             copy_bw = bw;
         printf("%-28s %10.1f %10.1f %10.1f %7.1f%%\n", e.name, mb, us, bw, 100.0 * bw / copy_bw);
     }
-    return 0;
+    verify_failures += qc_bench_nvfp4::run(c.M, c.K, copy_bw);
+    return verify_failures ? 1 : 0;
 }

@@ -67,6 +67,29 @@ def blk_2d(x):
     return q, q.t().contiguous(), 1.0 / s
 
 
+def delayed_row(x):
+    return (x.float() * 0.5).clamp(-FMAX, FMAX).to(F8), x.abs().amax().float()
+
+
+E2M1_EDGES = None
+
+
+def nvfp4_row(x):
+    """NVFP4 1x16 rowwise in plain PyTorch (a speed peer: bucketized magnitudes, not the
+    exact tie rule of spec/recipes.md), codes packed two per byte."""
+    global E2M1_EDGES
+    if E2M1_EDGES is None:
+        E2M1_EDGES = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], device=x.device)
+    m, k = x.shape
+    xb = x.view(m, k // 16, 16).float()
+    s_enc = 2688.0 / x.abs().amax().float()
+    sb = (xb.abs().amax(2, keepdim=True) * (s_enc / 6.0)).clamp(max=FMAX).to(F8)
+    v = xb * (s_enc / sb.float())
+    c = torch.bucketize(v.abs(), E2M1_EDGES).to(torch.uint8) | ((v < 0).to(torch.uint8) << 3)
+    c = c.view(m, k // 2, 2)
+    return c[..., 0] | (c[..., 1] << 4), sb
+
+
 def median_us(fn, xs):
     for i in range(WARM):
         fn(xs[i % ROT])
@@ -90,7 +113,9 @@ def main():
             ("block 1x128 rowwise", blk_rows, 3.0 + 4 / 128),
             ("block 1x128 col(T)", blk_col, 3.0 + 4 / 128),
             ("block 128x128 row+col(T)", blk_2d, 4.0),
-            ("current row+col(T)", current_both, 6.0)]
+            ("current row+col(T)", current_both, 6.0),
+            ("delayed rowwise (amax+cast)", delayed_row, 3.0),
+            ("nvfp4 1x16 rowwise", nvfp4_row, 4.5 + 1 / 16)]
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"{'kernel':28s} {'eager us':>10s} {'compile us':>10s} {'compile GB/s':>12s}")
     for name, fn, bpe in rows:

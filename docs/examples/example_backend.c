@@ -1,12 +1,16 @@
 /* example_backend.c: a small backend plugin, built the way a vendor builds one: against
  * the installed headers only (include/qspec/backend.h), never against libqspec. It
- * implements the `cast` slot for E4M3 and E5M2 under RNE with the satfinite policy and the
- * `quantize` slot for current scaling, and claims nothing else, so every other case is
- * reported as not supported. Built with -DQS_EXAMPLE_PLANT_ERROR its current-scaling
- * scale_inv is one ulp too large: the kit's own test proves that exactly the cases covering
- * that quantizer then fail. */
+ * implements the `cast` slot for E4M3 and E5M2 under RNE with the satfinite policy, the
+ * `quantize` slot for current scaling and the `gemm` slot for the `exact` and `fp32_seq`
+ * models on tensor-scaled operands (FP32, BF16 and FP16 values, E4M3 and E5M2 codes), which
+ * it claims bit for bit, and claims nothing else, so every other case is reported as not
+ * supported. Built with -DQS_EXAMPLE_PLANT_ERROR its current-scaling scale_inv is one ulp
+ * too large, and with -DQS_EXAMPLE_PLANT_GEMM_ERROR its GEMMs leave out the last k: the
+ * kit's own tests prove that exactly the cases covering the planted error then fail. */
 #include <float.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qspec/backend.h"
@@ -157,6 +161,267 @@ static qs_status example_quantize(void *state, const qs_quantize_args *args)
     return quantize_current(args);
 }
 
+/* ------------------------------------------------------------------ gemm (spec/gemm.md) */
+
+/* 2^e as a float, for -126 <= e <= 127. */
+static float pow2f(int e)
+{
+    uint32_t bits = (uint32_t)(e + 127) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Element i of an operand's data tensor as its FP32 value: FP32, BF16, FP16 (load above)
+ * or an E4M3 / E5M2 code. */
+static float operand_value(const qs_tensor *t, size_t i)
+{
+    if (t->dtype != QS_E4M3 && t->dtype != QS_E5M2)
+        return load(t, i);
+    uint8_t c = ((const uint8_t *)t->data)[i];
+    int e4 = t->dtype == QS_E4M3, mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
+    int e = (c & 0x7F) >> mbits, m = c & ((1 << mbits) - 1);
+    float v;
+    if (e4 && e == 15 && m == 7)
+        return 0.0f / 0.0f; /* the one E4M3 NaN */
+    if (!e4 && e == 31)
+        v = m ? 0.0f / 0.0f : 1.0f / 0.0f;
+    else if (e == 0) /* subnormal: m * 2^(1 - bias - mbits) */
+        v = (float)m * pow2f(1 - bias - mbits);
+    else
+        v = (float)((1 << mbits) + m) * pow2f(e - bias - mbits);
+    return (c & 0x80) ? -v : v;
+}
+
+static int is_finite(float x)
+{
+    return x - x == 0.0f;
+}
+
+/* The exponent of x when |x| is a power of two in the normal range, else INT32_MIN. */
+static int32_t pow2_exponent(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    uint32_t e = (b >> 23) & 0xFF;
+    if ((b & 0x7FFFFF) != 0 || e == 0 || e == 0xFF)
+        return INT32_MIN;
+    return (int32_t)e - 127;
+}
+
+/* The exact model's accumulator: a magnitude of EX_LIMBS 32-bit limbs, bit 0 weighing
+ * 2^EX_BIAS. Each product of two FP32 values is exact in binary64, a 53-bit integer times
+ * 2^e with e >= -298 - 52 = -350 (above EX_BIAS) and magnitude below 2^256; 2^20 of them
+ * stay below 2^276, so 640 bits hold every sum. */
+#define EX_LIMBS 20
+#define EX_BIAS  (-352)
+
+typedef struct ex_acc {
+    uint32_t limb[EX_LIMBS];
+} ex_acc;
+
+static void ex_add_at(ex_acc *a, int word, uint64_t v)
+{
+    for (int w = word; v && w < EX_LIMBS; w++) {
+        uint64_t s = (uint64_t)a->limb[w] + (v & 0xFFFFFFFFu);
+        a->limb[w] = (uint32_t)s;
+        v = (v >> 32) + (s >> 32);
+    }
+}
+
+/* Adds |p| (a nonzero binary64 product of two finite floats: always normal) to a. */
+static void ex_add_product(ex_acc *a, double p)
+{
+    uint64_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    uint64_t m = (bits & ((UINT64_C(1) << 52) - 1)) | (UINT64_C(1) << 52);
+    int off = (int)((bits >> 52) & 0x7FF) - 1075 - EX_BIAS; /* p = m * 2^(off + EX_BIAS) */
+    int word = off / 32, sh = off % 32;
+    ex_add_at(a, word, (m & 0xFFFFFFFFu) << sh);
+    ex_add_at(a, word + 1, (m >> 32) << sh);
+}
+
+static int ex_cmp(const ex_acc *x, const ex_acc *y)
+{
+    for (int w = EX_LIMBS - 1; w >= 0; w--)
+        if (x->limb[w] != y->limb[w])
+            return x->limb[w] > y->limb[w] ? 1 : -1;
+    return 0;
+}
+
+/* x -= y, for x >= y. */
+static void ex_sub(ex_acc *x, const ex_acc *y)
+{
+    uint64_t borrow = 0;
+    for (int w = 0; w < EX_LIMBS; w++) {
+        uint64_t d = (uint64_t)x->limb[w] - y->limb[w] - borrow;
+        x->limb[w] = (uint32_t)d;
+        borrow = (d >> 32) & 1;
+    }
+}
+
+static int ex_bit(const ex_acc *a, int i)
+{
+    return i >= 0 && i < 32 * EX_LIMBS && ((a->limb[i / 32] >> (i % 32)) & 1);
+}
+
+static int ex_top(const ex_acc *a)
+{
+    for (int i = 32 * EX_LIMBS - 1; i >= 0; i--)
+        if (ex_bit(a, i))
+            return i;
+    return -1;
+}
+
+/* The magnitude a * 2^(EX_BIAS + shift), rounded once to nearest even to a binary format
+ * with prec significant bits and binary32's exponent range (24: FP32, 8: BF16); overflow
+ * gives Inf. */
+static float ex_round(const ex_acc *a, int shift, int prec)
+{
+    int h = ex_top(a), lsb = EX_BIAS + shift;
+    if (h < 0)
+        return 0.0f;
+    int x = h + lsb;                            /* exponent of the leading bit */
+    int q = (x < -126 ? -126 : x) - (prec - 1); /* exponent of the result's last bit */
+    int drop = q - lsb;                         /* bits of a below that last bit */
+    uint64_t r = 0;
+    for (int i = h; i >= (drop > 0 ? drop : 0); i--)
+        r = (r << 1) | (uint64_t)ex_bit(a, i);
+    if (drop < 0)
+        r <<= -drop;
+    if (drop > 0 && ex_bit(a, drop - 1)) {
+        int sticky = 0;
+        for (int i = drop - 2; i >= 0 && !sticky; i--)
+            sticky = ex_bit(a, i);
+        if (sticky || (r & 1))
+            r++;
+    }
+    double v = (double)r; /* r * 2^q, exact in binary64 */
+    for (int e = q; e > 0; e--)
+        v *= 2.0;
+    for (int e = q; e < 0; e++)
+        v *= 0.5;
+    return v > FLT_MAX ? 1.0f / 0.0f : (float)v;
+}
+
+/* [GEMM-ACC-EXACT]: one element, rounded once to the output (prec bits). The scale
+ * factors are powers of two (checked by the caller), an exponent shift. */
+static float gemm_exact_element(const float *a, const float *b, int64_t k, int shift, int neg,
+                                int prec)
+{
+    ex_acc pos, negs;
+    memset(&pos, 0, sizeof pos);
+    memset(&negs, 0, sizeof negs);
+    for (int64_t i = 0; i < k; i++) {
+        double p = (double)a[i] * (double)b[i];
+        if (p > 0)
+            ex_add_product(&pos, p);
+        else if (p < 0)
+            ex_add_product(&negs, -p);
+    }
+    int c = ex_cmp(&pos, &negs);
+    if (c == 0)
+        return 0.0f; /* an exact zero is +0 */
+    if (c > 0) {
+        ex_sub(&pos, &negs);
+        float v = ex_round(&pos, shift, prec);
+        return neg ? -v : v;
+    }
+    ex_sub(&negs, &pos);
+    float v = ex_round(&negs, shift, prec);
+    return neg ? v : -v;
+}
+
+/* [GEMM-ACC-FP32SEQ] with tensor scaling: FP32 products added in increasing k from +0,
+ * then the epilogue z = fl(t * acc), t = fl(alpha * fl(ta * tb)). The volatile temporaries
+ * keep a compiler from fusing a product and a sum into one FMA (one rounding, not two). */
+static float gemm_fp32_element(const float *a, const float *b, int64_t k, float t)
+{
+    volatile float acc = 0.0f;
+    for (int64_t i = 0; i < k; i++) {
+        volatile float p = a[i] * b[i];
+        acc = acc + p;
+    }
+    volatile float z = t * acc;
+    return z;
+}
+
+/* Decoded rows x k values of an operand, or NULL when out of memory. */
+static float *operand_values(const qs_gemm_coded_operand *o, int64_t rows, int64_t k)
+{
+    size_t n = (size_t)(rows * k);
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        v[i] = operand_value(o->data, i);
+    return v;
+}
+
+static qs_status example_gemm(void *state, qs_gemm_args *g)
+{
+    (void)state;
+    int exact = g->acc.kind == QS_GEMM_ACC_EXACT;
+    if ((!exact && g->acc.kind != QS_GEMM_ACC_FP32_SEQ) || g->acc.promote_every != 0 ||
+        (g->out_dtype != QS_FP32 && g->out_dtype != QS_BF16) || g->beta != 0.0f ||
+        g->a.scaling > QS_GEMM_SCALE_TENSOR || g->b.scaling > QS_GEMM_SCALE_TENSOR) {
+        snprintf(g->why, g->why_len,
+                 "the example computes exact and fp32_seq GEMMs on "
+                 "tensor-scaled operands, FP32 or BF16 out, beta 0");
+        return QS_ERR_UNSUPPORTED;
+    }
+    float ta = g->a.scaling == QS_GEMM_SCALE_TENSOR ? g->a.tensor_scale : 1.0f;
+    float tb = g->b.scaling == QS_GEMM_SCALE_TENSOR ? g->b.tensor_scale : 1.0f;
+    int32_t ea = pow2_exponent(g->alpha), eta = pow2_exponent(ta), etb = pow2_exponent(tb);
+    if (exact && (ea == INT32_MIN || eta == INT32_MIN || etb == INT32_MIN)) {
+        snprintf(g->why, g->why_len, "the example's exact model needs power-of-two scales");
+        return QS_ERR_UNSUPPORTED;
+    }
+    float *a = operand_values(&g->a, g->m, g->k), *b = operand_values(&g->b, g->n, g->k);
+    qs_status st = a && b ? QS_OK : QS_ERR_NOMEM;
+    for (size_t i = 0; st == QS_OK && i < (size_t)(g->m * g->k); i++)
+        if (!is_finite(a[i]))
+            st = QS_ERR_UNSUPPORTED;
+    for (size_t i = 0; st == QS_OK && i < (size_t)(g->n * g->k); i++)
+        if (!is_finite(b[i]))
+            st = QS_ERR_UNSUPPORTED;
+    if (st == QS_ERR_UNSUPPORTED)
+        snprintf(g->why, g->why_len, "the example takes finite operands only");
+    int64_t k = g->k;
+#ifdef QS_EXAMPLE_PLANT_GEMM_ERROR
+    if (k > 0)
+        k--; /* the planted error: the last k is left out of every sum */
+#endif
+    volatile float tt = ta * tb;
+    float t = g->alpha * tt;
+    int shift = ea + eta + etb, neg = (g->alpha < 0) ^ (ta < 0) ^ (tb < 0);
+    for (int64_t m = 0; st == QS_OK && m < g->m; m++)
+        for (int64_t n = 0; n < g->n; n++) {
+            const float *ar = a + m * g->k, *br = b + n * g->k;
+            float z =
+                exact ? gemm_exact_element(ar, br, k, shift, neg, g->out_dtype == QS_BF16 ? 8 : 24)
+                      : gemm_fp32_element(ar, br, k, t);
+            size_t at = (size_t)(m * g->n + n);
+            uint32_t bits;
+            memcpy(&bits, &z, sizeof bits);
+            if (z != z) { /* an FP32 overflow met its opposite: the canonical NaN */
+                bits = 0x7FC00000u;
+                memcpy(&z, &bits, sizeof z);
+            }
+            if (g->out_dtype == QS_FP32) {
+                ((float *)g->y->data)[at] = z;
+            } else if (exact) { /* already a BF16 value */
+                ((uint16_t *)g->y->data)[at] = (uint16_t)(bits >> 16);
+            } else { /* FP32 to BF16, round to nearest even */
+                bits += 0x7FFFu + ((bits >> 16) & 1u);
+                ((uint16_t *)g->y->data)[at] = (uint16_t)(bits >> 16);
+            }
+        }
+    free(a);
+    free(b);
+    if (st == QS_OK)
+        g->claim = QS_GEMM_CLAIM_MODEL; /* both models, bit for bit */
+    return st;
+}
+
 static qs_status example_open(void **state, char *why, size_t why_len)
 {
     (void)why;
@@ -180,13 +445,14 @@ static const qs_backend example_table = {QS_BACKEND_ABI_VERSION,
                                          sizeof(qs_backend),
                                          "example",
                                          "1.0",
-                                         QS_CAP_CAST | QS_CAP_QUANT_CURRENT,
+                                         QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR,
                                          example_open,
                                          example_close,
                                          example_device,
                                          example_cast,
                                          example_quantize,
-                                         NULL};
+                                         NULL,
+                                         example_gemm};
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);
 

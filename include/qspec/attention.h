@@ -2,12 +2,15 @@
  * (SDPA: sbhd/bshd/thd, none/causal, GQA, lse, backward) [ATTN-*]; Gated DeltaNet (the
  * normative token recurrence, its chunked WY form, backward, and the layer pieces: gate,
  * beta, short conv, gated RMSNorm) [GDN-*]; the MLA block, plain and absorbed, forward and
- * backward [MLA-*]. Tensors are row-major FP32 arrays holding values of the dtype named. */
+ * backward, its linears quantized under an enabled region [MLA-*]. Tensors are row-major
+ * FP32 arrays holding values of the dtype named. */
 #ifndef QSPEC_ATTENTION_H
 #define QSPEC_ATTENTION_H
 
 #include <stdint.h>
 
+#include "recipe.h"
+#include "scope.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -175,6 +178,59 @@ typedef struct qs_mla_shape {
     qs_dtype dtype;
 } qs_mla_shape;
 
+/* The linears of the block [MLA-LINEAR], each a quantizable module with its own
+ * quantizers. The K/V up-projections run only in the plain form: the absorbed form uses
+ * their weights in high-precision einsums instead [MLA-ABSORBED-HP]. */
+typedef enum qs_mla_linear {
+    QS_MLA_Q_DOWN = 0, /* "q_down": c_q = x w_dq^T (rq > 0) */
+    QS_MLA_Q_UP,       /* "q_up": q = rmsnorm(c_q) w_uq^T (rq > 0) */
+    QS_MLA_Q_PROJ,     /* "q_proj": q = x w_q^T (rq = 0) */
+    QS_MLA_KV_DOWN,    /* "kv_down": [c_kv | k_pe] = x w_dkv^T */
+    QS_MLA_KV_UP,      /* "kv_up": [k_nope | v] = c w_ukv^T (plain, combined) */
+    QS_MLA_K_UP,       /* "k_up": k_nope = c w_uk^T (plain, split) */
+    QS_MLA_V_UP,       /* "v_up": v = c w_uv^T (plain, split) */
+    QS_MLA_OUT_PROJ,   /* "out_proj": out = o w_o^T */
+    QS_MLA_LINEAR_COUNT
+} qs_mla_linear;
+
+/* The parameters of the block, named as in qs_mla_weights ("w_dq", "q_norm", ...). */
+typedef enum qs_mla_param {
+    QS_MLA_W_DQ = 0,
+    QS_MLA_Q_NORM,
+    QS_MLA_W_UQ,
+    QS_MLA_W_Q,
+    QS_MLA_W_DKV,
+    QS_MLA_KV_NORM,
+    QS_MLA_W_UKV,
+    QS_MLA_W_UK,
+    QS_MLA_W_UV,
+    QS_MLA_W_O,
+    QS_MLA_PARAM_COUNT
+} qs_mla_param;
+
+/* Names of the enums ("q_down", ..., "out_proj"; "w_dq", ..., "w_o"); NULL for another
+ * value. qs_mla_param_from_name returns -1 for an unknown name. */
+const char *qs_mla_linear_name(qs_mla_linear l);
+const char *qs_mla_param_name(qs_mla_param p);
+int qs_mla_param_from_name(const char *name);
+/* Whether cfg runs linear l with combined (split 0) or split (split 1) K/V weights
+ * [MLA-LINEAR]; 0 for an unused linear or a bad argument. */
+int qs_mla_linear_used(const qs_mla_config *cfg, int split, qs_mla_linear l);
+/* The shape of parameter p under cfg with combined (split 0) or split K/V weights
+ * [MLA-SHAPES]: returns 2 (a linear weight [out, in]) or 1 (a norm weight [n]) and fills
+ * shape; 0 when the configuration does not use p, or for a bad argument. */
+int qs_mla_param_shape(const qs_mla_config *cfg, int split, qs_mla_param p, int64_t shape[2]);
+
+/* The quantizers of the block's linears under an enabled region [MLA-LINEAR-QUANT]:
+ * q[l][QS_SCOPE_X] (role input), [QS_SCOPE_W] (role weight) and [QS_SCOPE_DY] (role
+ * grad_output) for linear l, of the region's recipe kind, each producing both copies.
+ * Entries of linears that do not run may be NULL; a calibrating region needs only the x
+ * and w quantizers, and only under delayed scaling [MLA-LINEAR-CALIB]. They are used in
+ * place: delayed scaling records its amax in them, nothing updates them. */
+typedef struct qs_mla_quantizers {
+    qs_quantizer *q[QS_MLA_LINEAR_COUNT][QS_SCOPE_ROLE_COUNT];
+} qs_mla_quantizers;
+
 /* The softmax scale mscale^2 / sqrt(dn + dr) [MLA-SCALE]. */
 float qs_mla_softmax_scale(const qs_mla_config *cfg);
 /* The dr/2 RoPE inverse frequencies, with YaRN when yarn_factor > 1 [MLA-YARN]; *low and
@@ -187,12 +243,21 @@ qs_status qs_mla_rope(qs_ctx *ctx, const qs_mla_config *cfg, qs_dtype dtype, int
 /* The mla_up_proj region [MLA-UP-PROJ]: from q_in ([T, rq] pre-norm c_q, or [T, hidden]
  * when rq is 0), c_kv ([T, rkv], pre-norm) and k_pe ([T, dr]), writes query [T, heads, dq],
  * key [T, hk, dq] and value [T, hk, dvv] in the shape's token order, where plain MLA has
- * dq = dn+dr, hk = heads, dvv = dv and absorbed MLA dq = rkv+dr, hk = 1, dvv = rkv. */
+ * dq = dn+dr, hk = heads, dvv = dv and absorbed MLA dq = rkv+dr, hk = 1, dvv = rkv. Its
+ * linears (q_up or q_proj, and kv_up or k_up and v_up) follow [MLA-LINEAR]; q may be NULL
+ * where no linear needs quantizers (qs_mla_quantizers). Errors as qs_mla_forward. */
 qs_status qs_mla_up_proj(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
-                         const qs_mla_weights *w, const float *q_in, const float *c_kv,
-                         const float *k_pe, float *query, float *key, float *value);
-/* The MLA block forward [MLA-FWD]: out [T, hidden] from x [T, hidden]. Errors as
- * qs_sdpa_fwd. */
+                         const qs_mla_weights *w, const qs_mla_quantizers *q, const float *q_in,
+                         const float *c_kv, const float *k_pe, float *query, float *key,
+                         float *value);
+/* The MLA block forward [MLA-FWD]: out [T, hidden] from x [T, hidden]. Each linear runs as
+ * the scope of ctx decides [MLA-LINEAR]: quantized with the quantizers q in an enabled
+ * region (q may be NULL elsewhere). Errors as qs_sdpa_fwd, and QS_ERR_INVALID_ARG naming
+ * the linear when a quantizer it needs is NULL or of another recipe kind. */
+qs_status qs_mla_forward(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
+                         const qs_mla_weights *w, const qs_mla_quantizers *q, const float *x,
+                         float *out);
+/* qs_mla_forward without quantizers (high precision outside an enabled region). */
 qs_status qs_mla_fwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
                      const qs_mla_weights *w, const float *x, float *out);
 
@@ -208,8 +273,15 @@ typedef struct qs_mla_grads {
 } qs_mla_grads;
 
 /* The MLA block backward [MLA-BWD] (plain or absorbed [MLA-BWD-ABSORBED]): from x and the
- * output gradient dout (dtype values) the gradients g of x and every weight. Errors as
- * qs_mla_fwd, and QS_ERR_INVALID_ARG for a NULL gradient the configuration needs. */
+ * output gradient dout (dtype values) the gradients g of x and every weight. It recomputes
+ * the forward under the same scope and quantizers (a delayed-scaling quantizer records the
+ * same amax again, which changes nothing), then each linear's backward runs as its forward
+ * did [MLA-LINEAR]. Errors as qs_mla_forward, and QS_ERR_INVALID_ARG for a NULL gradient
+ * the configuration needs. */
+qs_status qs_mla_backward(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
+                          const qs_mla_weights *w, const qs_mla_quantizers *q, const float *x,
+                          const float *dout, const qs_mla_grads *g);
+/* qs_mla_backward without quantizers. */
 qs_status qs_mla_bwd(qs_ctx *ctx, const qs_mla_config *cfg, const qs_mla_shape *shape,
                      const qs_mla_weights *w, const float *x, const float *dout,
                      const qs_mla_grads *g);

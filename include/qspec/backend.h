@@ -3,8 +3,11 @@
  * returns a qs_backend table: the ABI version, a name, capability bits and kernel slots.
  * A slot that is NULL, or a capability bit that is clear, makes every case that needs it
  * "not supported"; the kit never falls back to the reference behind a backend's back.
- * This header depends only on status.h, tensor.h, format.h and recipe.h (for their types;
- * a plugin never links libqspec), so a vendor builds a plugin against the installed
+ * Slots are only ever appended to the table: struct_size says which of them a plugin's
+ * table holds, so a plugin built against an older header still loads and its missing
+ * slots count as NULL (QS_BACKEND_HAS_SLOT).
+ * This header depends only on status.h, tensor.h, format.h, recipe.h and gemm.h (for their
+ * types; a plugin never links libqspec), so a vendor builds a plugin against the installed
  * headers alone. */
 #ifndef QSPEC_BACKEND_H
 #define QSPEC_BACKEND_H
@@ -13,6 +16,7 @@
 #include <stdint.h>
 
 #include "format.h"
+#include "gemm.h"
 #include "recipe.h"
 #include "status.h"
 #include "tensor.h"
@@ -32,6 +36,11 @@ extern "C" {
 #define QS_CAP_QUANT_BLOCK   (UINT64_C(1) << 4)
 #define QS_CAP_QUANT_NVFP4   (UINT64_C(1) << 5)
 #define QS_CAP_DEQUANT       (UINT64_C(1) << 6)
+/* The gemm slot, one bit per family of operand scaling it takes ([GEMM-SCALE-*]). */
+#define QS_CAP_GEMM_TENSOR (UINT64_C(1) << 7)  /* QS_GEMM_SCALE_NONE and _TENSOR */
+#define QS_CAP_GEMM_BLOCK  (UINT64_C(1) << 8)  /* QS_GEMM_SCALE_BLOCK_1X128 and _128X128 */
+#define QS_CAP_GEMM_MX     (UINT64_C(1) << 9)  /* QS_GEMM_SCALE_MX */
+#define QS_CAP_GEMM_NVFP4  (UINT64_C(1) << 10) /* QS_GEMM_SCALE_NVFP4 */
 
 /* A conversion request: n FP32 values to codes of format dt under mode (one per element;
  * E2M1 codes one per byte here, not packed). */
@@ -64,6 +73,56 @@ typedef struct qs_dequantize_args {
     qs_tensor *y;
 } qs_dequantize_args;
 
+/* What a gemm result is, as the backend states it for each request [CASE-GEMM-CLAIM]. A
+ * bitwise comparison against the case's model checks only a backend that claims the model;
+ * for another claim the kit measures the deviation and reports the case as not supported. */
+typedef enum qs_gemm_claim {
+    QS_GEMM_CLAIM_MODEL = 0, /* the requested accumulation model, bit for bit */
+    QS_GEMM_CLAIM_FP32,      /* FP32 accumulation in an order the backend does not state
+                                (cuBLASLt BF16/FP32 GEMMs): the class [GEMM-BOUND] covers */
+    QS_GEMM_CLAIM_HOPPER_TC, /* Hopper FP8 tensor cores (cuBLASLt FP8): the hardware that
+                                hopper_fp8_tc models, not reproduced by it bit for bit */
+    QS_GEMM_CLAIM_COUNT
+} qs_gemm_claim;
+
+/* One GEMM operand as codes plus scales: rows x k, row-major, k contiguous (TN, [GEMM-TN]:
+ * A has rows = m, B has rows = n). By scaling mode (spec/gemm.md section 2):
+ *   NONE:    data FP32, BF16 or FP16, used as given; scale NULL; tensor_scale 1.
+ *   TENSOR:  data E4M3 or E5M2 (or FP32/BF16/FP16); scale NULL; tensor_scale = scale_inv.
+ *   BLOCK_1X128:   data E4M3/E5M2; scale FP32 [rows, ceil(k/128)].
+ *   BLOCK_128X128: data E4M3/E5M2; scale FP32 [ceil(rows/128), ceil(k/128)].
+ *   MX:      data E4M3/E5M2; scale E8M0 codes [rows, ceil(k/32)].
+ *   NVFP4:   data E2M1 (packed two a byte as qs_tensor packs it); scale E4M3 codes
+ *            [rows, ceil(k/16)] (a 16x16 tile's scale repeated on each of its rows);
+ *            tensor_scale = the per-tensor decode scale (S_dec).
+ * Every scale is a dequantization multiplier. Tensors are host memory owned by the kit. */
+typedef struct qs_gemm_coded_operand {
+    qs_gemm_scaling scaling;
+    const qs_tensor *data;
+    const qs_tensor *scale;
+    float tensor_scale;
+} qs_gemm_coded_operand;
+
+/* A GEMM request [CASE-OP-GEMM]: y[m,n] = alpha * sum_k deq(a)[m,k] deq(b)[n,k]
+ * (+ beta * c[m,n]) under the accumulation model acc, rounded to out_dtype (spec/gemm.md).
+ * A and B are of one scaling family. The kit allocates y [m, n] of out_dtype (FP32, BF16 or
+ * FP16) and the backend writes its codes. A backend that cannot honour acc (or the
+ * operands, the shape, beta) answers QS_ERR_UNSUPPORTED; on QS_OK it sets claim (the kit
+ * presets QS_GEMM_CLAIM_MODEL, the strongest claim). On an error or QS_ERR_UNSUPPORTED it
+ * may write a one-line reason into why[0..why_len). c is NULL when beta is 0. */
+typedef struct qs_gemm_args {
+    int64_t m, n, k;
+    qs_gemm_coded_operand a, b;
+    float alpha, beta;
+    const qs_tensor *c; /* [m, n] FP32, read only when beta != 0 */
+    qs_gemm_acc acc;
+    qs_dtype out_dtype;
+    qs_tensor *y;        /* out: [m, n] codes of out_dtype */
+    qs_gemm_claim claim; /* out */
+    char *why;           /* out: reason for a refusal or failure (may stay empty) */
+    size_t why_len;
+} qs_gemm_args;
+
 typedef struct qs_backend {
     uint32_t abi_version; /* QS_BACKEND_ABI_VERSION */
     uint32_t struct_size; /* sizeof(qs_backend) as the plugin was built */
@@ -83,7 +142,18 @@ typedef struct qs_backend {
      * implement): that case is then reported as not supported. */
     qs_status (*quantize)(void *state, const qs_quantize_args *args);
     qs_status (*dequantize)(void *state, const qs_dequantize_args *args);
+
+    /* Appended to ABI v1 (present when struct_size covers it): the TN GEMM of
+     * spec/gemm.md on coded operands, claimed per request [CASE-OP-GEMM]. */
+    qs_status (*gemm)(void *state, qs_gemm_args *args);
 } qs_backend;
+
+/* The size of a v1 table built before the gemm slot was appended: the smallest struct_size
+ * the kit accepts. */
+#define QS_BACKEND_V1_MIN_SIZE offsetof(qs_backend, gemm)
+/* Whether a table of struct_size bytes holds the slot named field. */
+#define QS_BACKEND_HAS_SLOT(struct_size, field)                                                    \
+    ((size_t)(struct_size) >= offsetof(qs_backend, field) + sizeof(((qs_backend *)0)->field))
 
 /* The type of the exported entry point. It returns the table for the ABI the caller
  * asks for, or NULL when the plugin cannot provide that version. */

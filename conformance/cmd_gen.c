@@ -1,0 +1,491 @@
+/* cmd_gen.c: `qspec gen` and `qspec verify` — certifying a backend the kit cannot load, such
+ * as a Python framework on a GPU ([CASE-GEN], [CASE-VERIFY]). gen writes one case's inputs
+ * as .npy files and a manifest naming the outputs to produce (name, dtype, shape,
+ * comparison); the framework writes those outputs as .npy files into a folder; verify
+ * checks that folder and compares each output with the reference's, as `qspec run`
+ * compares a plugin's. */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "fileio.h"
+#include "npy.h"
+#include "outdir.h"
+#include "qspec/qspec.h"
+#include "report.h"
+#include "run.h"
+#include "sha256.h"
+
+#define MAX_INPUTS 16
+
+typedef struct gen_args {
+    const char *cases;
+    const char *id;
+    const char *dir; /* --out (gen) or --results (verify) */
+    int expected;    /* gen --expected */
+} gen_args;
+
+/* Parses CASE-FILE --id ID DIROPT DIR [--expected]; returns an exit status after a usage
+ * error or help, or -1 to go on. */
+static int parse_args(const qsk_command *cmd, const char *diropt, int argc, char **argv,
+                      gen_args *a)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        if (qsk_is_help(s)) {
+            qsk_print_help(stdout, cmd);
+            return QSK_EXIT_OK;
+        }
+        const char **slot = strcmp(s, "--id") == 0   ? &a->id
+                            : strcmp(s, diropt) == 0 ? &a->dir
+                                                     : NULL;
+        if (slot) {
+            if (i + 1 >= argc)
+                return qsk_usage_error(cmd->name, "option '%s' needs a value", s);
+            *slot = argv[++i];
+        } else if (cmd == &qsk_cmd_gen && strcmp(s, "--expected") == 0) {
+            a->expected = 1;
+        } else if (s[0] == '-') {
+            return qsk_usage_error(cmd->name, "unknown option '%s'", s);
+        } else if (a->cases) {
+            return qsk_usage_error(cmd->name, "takes one case file, got '%s' and '%s'", a->cases,
+                                   s);
+        } else {
+            a->cases = s;
+        }
+    }
+    if (!a->cases)
+        return qsk_usage_error(cmd->name, "needs a case file (see 'qspec help %s')", cmd->name);
+    if (!a->id)
+        return qsk_usage_error(cmd->name, "needs --id ID (see 'qspec list %s')", a->cases);
+    if (!a->dir)
+        return qsk_usage_error(cmd->name, "needs %s DIR", diropt);
+    return -1;
+}
+
+/* Loads the case file and finds the case; returns an exit status after a usage error. */
+static int load_case(qs_ctx *ctx, const char *cmd, const gen_args *a, qsk_suite *s,
+                     const qsk_case **c)
+{
+    char *paths[1] = {qsk_strdup(a->cases)};
+    *c = NULL;
+    memset(s, 0, sizeof *s);
+    if (!paths[0])
+        return qsk_usage_error(cmd, "out of memory");
+    qs_status st = qsk_suite_load(ctx, 1, paths, s);
+    free(paths[0]);
+    if (st != QS_OK)
+        return qsk_usage_error(cmd, "%s", qs_ctx_errmsg(ctx));
+    if (s->nerrors)
+        return qsk_usage_error(cmd, "%s", s->errors[0]);
+    for (size_t f = 0; f < s->nfiles; f++)
+        for (size_t k = 0; k < s->files[f].ncases; k++)
+            if (strcmp(s->files[f].cases[k].id, a->id) == 0)
+                *c = &s->files[f].cases[k];
+    if (!*c)
+        return qsk_usage_error(cmd, "no case with id '%s' in %s", a->id, a->cases);
+    return 0;
+}
+
+/* Generates the inputs and computes the reference's outputs. */
+static qs_status compute(qs_ctx *ctx, const qsk_case *c, qs_tensor *inputs, size_t *nin,
+                         qsk_results *ref)
+{
+    qs_status st = QS_OK;
+    memset(ref, 0, sizeof *ref);
+    for (*nin = 0; *nin < c->ninputs && *nin < MAX_INPUTS && st == QS_OK; (*nin)++)
+        st = qsk_input_generate(ctx, &c->inputs[*nin], &inputs[*nin]);
+    if (st == QS_OK)
+        st = qsk_op_find(c->op)->run_ref(ctx, c, inputs, ref);
+    return st;
+}
+
+static void free_inputs(qs_tensor *inputs, size_t nin)
+{
+    for (size_t i = 0; i < nin; i++)
+        qs_tensor_free(&inputs[i]);
+}
+
+/* A shape as Python writes a tuple: "()", "(5,)", "(2, 3)". */
+static void shape_text(const qs_tensor *t, char *buf, size_t cap)
+{
+    size_t at = (size_t)snprintf(buf, cap, "(");
+    for (int d = 0; d < t->ndim && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (at < cap)
+        snprintf(buf + at, cap - at, "%s)", t->ndim == 1 ? "," : "");
+}
+
+/* ------------------------------------------------------------------ gen */
+
+static void json_shape(FILE *fp, const qs_tensor *t)
+{
+    fputc('[', fp);
+    for (int d = 0; d < t->ndim; d++)
+        fprintf(fp, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    fputc(']', fp);
+}
+
+static void json_tensor(FILE *fp, const char *name, const qs_tensor *t)
+{
+    fputs("{\"name\": ", fp);
+    qsk_json_string(fp, name);
+    fputs(", \"file\": ", fp);
+    char file[QSK_NAME_LEN + 8];
+    snprintf(file, sizeof file, "%s.npy", name);
+    qsk_json_string(fp, file);
+    fprintf(fp, ", \"dtype\": \"%s\", \"npy_descr\": ", qs_dtype_name(t->dtype));
+    qsk_json_string(fp, qsk_npy_descr(t->dtype));
+    fputs(", \"shape\": ", fp);
+    json_shape(fp, t);
+}
+
+static void json_compare(FILE *fp, const qsk_output *o)
+{
+    switch (o->cmp) {
+    case QSK_CMP_BITWISE:
+        fprintf(fp, "{\"bitwise\": {\"nan\": \"%s\"}}", o->nan_any ? "any" : "canonical");
+        break;
+    case QSK_CMP_ULP:
+        fprintf(fp, "{\"ulp\": %.17g}", o->p1);
+        break;
+    case QSK_CMP_ALLCLOSE:
+        fprintf(fp, "{\"allclose\": {\"atol\": %.17g, \"rtol\": %.17g}}", o->p1, o->p2);
+        break;
+    case QSK_CMP_GEMM_BOUND:
+        fprintf(fp, "{\"gemm_bound\": %.17g}", o->p1);
+        break;
+    case QSK_CMP_RMS_RATIO:
+        fprintf(fp, "{\"rms_ratio\": %.17g}", o->p1);
+        break;
+    default:
+        fprintf(fp, "{\"cosine\": %.17g}", o->p1);
+        break;
+    }
+}
+
+static const qsk_case_file *file_of(const qsk_suite *s, const qsk_case *c)
+{
+    for (size_t f = 0; f < s->nfiles; f++)
+        if (c >= s->files[f].cases && c < s->files[f].cases + s->files[f].ncases)
+            return &s->files[f];
+    return NULL;
+}
+
+static void gen_manifest(FILE *fp, const qsk_suite *s, const qsk_case *c, const qs_tensor *inputs,
+                         const qsk_results *ref)
+{
+    const qsk_case_file *f = file_of(s, c);
+    char hex[65];
+    qsk_sha256_hex(f->text, f->len, hex);
+    fprintf(fp, "{\n  \"kit\": \"qspec\",\n  \"version\": \"%s\",\n  \"case\": ", qs_version());
+    qsk_json_string(fp, c->id);
+    fputs(",\n  \"case_file\": ", fp);
+    qsk_json_string(fp, c->file);
+    fprintf(fp, ",\n  \"line\": %d,\n  \"case_file_sha256\": \"%s\",\n  \"op\": ", c->pos.line,
+            hex);
+    qsk_json_string(fp, c->op);
+    fputs(",\n  \"params\": {", fp);
+    for (size_t i = 0; i < c->nparams; i++) {
+        fputs(i ? ", " : "", fp);
+        qsk_json_string(fp, c->params[i].key);
+        fputs(": ", fp);
+        qsk_json_string(fp, c->params[i].value);
+    }
+    fputs("},\n  \"rules\": [", fp);
+    for (size_t i = 0; i < c->nrules; i++) {
+        fputs(i ? ", " : "", fp);
+        qsk_json_string(fp, c->rules[i]);
+    }
+    fputs("],\n  \"inputs\": [\n", fp);
+    for (size_t i = 0; i < c->ninputs; i++) {
+        fputs("    ", fp);
+        json_tensor(fp, c->inputs[i].name, &inputs[i]);
+        fprintf(fp, "}%s\n", i + 1 < c->ninputs ? "," : "");
+    }
+    fputs("  ],\n  \"outputs\": [\n", fp);
+    for (size_t i = 0; i < c->noutputs; i++) {
+        fputs("    ", fp);
+        json_tensor(fp, c->outputs[i].name, qsk_results_get(ref, c->outputs[i].name));
+        fputs(", \"compare\": ", fp);
+        json_compare(fp, &c->outputs[i]);
+        fprintf(fp, "}%s\n", i + 1 < c->noutputs ? "," : "");
+    }
+    fputs("  ]\n}\n", fp);
+}
+
+static qs_status write_npy_in(qs_ctx *ctx, qsk_outdir *o, const char *sub, const char *name,
+                              const qs_tensor *t)
+{
+    char file[2 * QSK_NAME_LEN + 16];
+    snprintf(file, sizeof file, "%s%s%s.npy", sub ? sub : "", sub ? "/" : "", name);
+    char *p = qsk_outdir_path(o, file);
+    if (!p)
+        return qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    qs_status st = qsk_npy_write(ctx, p, t);
+    free(p);
+    return st;
+}
+
+static qs_status gen_write(qs_ctx *ctx, qsk_outdir *o, const gen_args *a, const qsk_suite *s,
+                           const qsk_case *c, const qs_tensor *inputs, const qsk_results *ref)
+{
+    qs_status st = QS_OK;
+    for (size_t i = 0; i < c->ninputs && st == QS_OK; i++)
+        st = write_npy_in(ctx, o, NULL, c->inputs[i].name, &inputs[i]);
+    if (st == QS_OK && a->expected)
+        st = qsk_outdir_mkdir(ctx, o, "expected");
+    for (size_t i = 0; a->expected && i < c->noutputs && st == QS_OK; i++)
+        st = write_npy_in(ctx, o, "expected", c->outputs[i].name,
+                          qsk_results_get(ref, c->outputs[i].name));
+    char *man = NULL, *p = NULL;
+    size_t len = 0;
+    FILE *fp = st == QS_OK ? open_memstream(&man, &len) : NULL;
+    if (st == QS_OK && !fp)
+        st = qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    if (fp) {
+        gen_manifest(fp, s, c, inputs, ref);
+        if (fclose(fp) != 0)
+            st = qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    }
+    if (st == QS_OK && !(p = qsk_outdir_path(o, "manifest.json")))
+        st = qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    if (st == QS_OK)
+        st = qsk_write_file(ctx, p, man, len);
+    free(p);
+    free(man);
+    return st;
+}
+
+static int gen_run(int argc, char **argv)
+{
+    gen_args a;
+    int rc = parse_args(&qsk_cmd_gen, "--out", argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    qs_ctx *ctx = qs_ctx_new();
+    if (!ctx)
+        return qsk_usage_error("gen", "out of memory");
+    qsk_suite s;
+    const qsk_case *c;
+    qs_tensor inputs[MAX_INPUTS];
+    size_t nin = 0;
+    qsk_results ref = {0};
+    qsk_outdir o = {NULL, NULL};
+    rc = load_case(ctx, "gen", &a, &s, &c);
+    if (rc == 0 && compute(ctx, c, inputs, &nin, &ref) != QS_OK)
+        rc = qsk_usage_error("gen", "case %s: the reference failed: %s", c->id, qs_ctx_errmsg(ctx));
+    if (rc == 0 && (qsk_outdir_open(ctx, &o, a.dir) != QS_OK ||
+                    gen_write(ctx, &o, &a, &s, c, inputs, &ref) != QS_OK ||
+                    qsk_outdir_commit(ctx, &o) != QS_OK))
+        rc = qsk_usage_error("gen", "%s", qs_ctx_errmsg(ctx));
+    if (rc == 0) {
+        printf("wrote the %zu input%s of case %s and manifest.json to %s; outputs to produce:",
+               c->ninputs, c->ninputs == 1 ? "" : "s", c->id, a.dir);
+        for (size_t i = 0; i < c->noutputs; i++)
+            printf(" %s.npy", c->outputs[i].name);
+        printf("\n");
+    }
+    qsk_outdir_abort(&o);
+    qsk_results_free(&ref);
+    free_inputs(inputs, nin);
+    qsk_suite_free(&s);
+    qs_ctx_free(ctx);
+    return rc;
+}
+
+const qsk_command qsk_cmd_gen = {
+    "gen", "write a case's inputs and manifest for an external framework",
+    "usage: qspec gen CASE-FILE --id ID --out DIR [--expected]\n\n"
+    "Writes the inputs of case ID of CASE-FILE (a case file or a folder of them) into the new\n"
+    "directory DIR: one INPUT.npy per input, exactly as 'qspec run' generates them, and\n"
+    "manifest.json, which names the case, its op, params and rules, each input (file,\n"
+    "dtype, npy descr, shape) and each output the framework must write (file, dtype, npy\n"
+    "descr, shape, comparison). With --expected, also writes the reference's outputs into\n"
+    "DIR/expected/ (for debugging; 'qspec verify' never reads them). Compute the outputs,\n"
+    "write each as OUTPUT.npy into a folder (DIR itself will do) and check them with\n"
+    "'qspec verify CASE-FILE --id ID --results FOLDER'.\n\n"
+    "Exit status: 0 written, 2 bad usage, an unknown id or a case file that does not load.\n",
+    gen_run};
+
+/* ------------------------------------------------------------------ verify */
+
+/* Whether name is a file gen wrote, which may stay beside the outputs. */
+static int gen_file(const qsk_case *c, const char *name)
+{
+    if (strcmp(name, "manifest.json") == 0 || strcmp(name, "expected") == 0)
+        return 1;
+    for (size_t i = 0; i < c->ninputs; i++) {
+        char file[QSK_NAME_LEN + 8];
+        snprintf(file, sizeof file, "%s.npy", c->inputs[i].name);
+        if (strcmp(name, file) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int output_file(const qsk_case *c, const char *name)
+{
+    for (size_t i = 0; i < c->noutputs; i++) {
+        char file[QSK_NAME_LEN + 8];
+        snprintf(file, sizeof file, "%s.npy", c->outputs[i].name);
+        if (strcmp(name, file) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void output_names(const qsk_case *c, char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < c->noutputs && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", c->outputs[i].name);
+}
+
+/* Every entry of the results folder is an output or a file gen wrote; every output is
+ * there. Returns an exit status after a usage error, or 0. */
+static int check_folder(const gen_args *a, const qsk_case *c)
+{
+    char names[256];
+    output_names(c, names, sizeof names);
+    DIR *d = opendir(a->dir);
+    if (!d)
+        return qsk_usage_error("verify", "%s: cannot open the results folder: %s", a->dir,
+                               strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && !output_file(c, e->d_name) && !gen_file(c, e->d_name))
+            rc = qsk_usage_error("verify", "%s/%s: not an output of case %s (its outputs: %s)",
+                                 a->dir, e->d_name, c->id, names);
+    closedir(d);
+    for (size_t i = 0; rc == 0 && i < c->noutputs; i++) {
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s.npy", a->dir, c->outputs[i].name);
+        if (stat(path, &sb) != 0)
+            rc = qsk_usage_error("verify", "%s: missing: case %s has the output %s", path, c->id,
+                                 c->outputs[i].name);
+        else if (!S_ISREG(sb.st_mode))
+            rc = qsk_usage_error("verify", "%s: not a regular file", path);
+    }
+    return rc;
+}
+
+/* Reads every output the framework wrote into got, checking dtype and shape against the
+ * reference's. Returns an exit status after a usage error, or 0. */
+static int read_outputs(qs_ctx *ctx, const gen_args *a, const qsk_case *c, const qsk_results *ref,
+                        qsk_results *got)
+{
+    for (size_t i = 0; i < c->noutputs; i++) {
+        const qsk_output *o = &c->outputs[i];
+        const qs_tensor *e = qsk_results_get(ref, o->name);
+        char path[4096], want[160], have[160];
+        snprintf(path, sizeof path, "%s/%s.npy", a->dir, o->name);
+        qs_tensor t;
+        if (qsk_npy_read(ctx, path, &t) != QS_OK)
+            return qsk_usage_error("verify", "%s", qs_ctx_errmsg(ctx));
+        if (t.dtype != e->dtype) {
+            int rc = qsk_usage_error(
+                "verify",
+                "%s: dtype %s (npy descr %s), but output %s of case %s is %s (npy descr %s)", path,
+                qs_dtype_name(t.dtype), qsk_npy_descr(t.dtype), o->name, c->id,
+                qs_dtype_name(e->dtype), qsk_npy_descr(e->dtype));
+            qs_tensor_free(&t);
+            return rc;
+        }
+        shape_text(e, want, sizeof want);
+        shape_text(&t, have, sizeof have);
+        if (strcmp(want, have) != 0) {
+            qs_tensor_free(&t);
+            return qsk_usage_error("verify", "%s: shape %s, but output %s of case %s has shape %s",
+                                   path, have, o->name, c->id, want);
+        }
+        if (qsk_results_add(ctx, got, o->name, &t) != QS_OK)
+            return qsk_usage_error("verify", "%s", qs_ctx_errmsg(ctx));
+    }
+    return 0;
+}
+
+static int verify_checked(qs_ctx *ctx, const gen_args *a, const qsk_case *c)
+{
+    qs_tensor inputs[MAX_INPUTS];
+    size_t nin = 0;
+    qsk_results ref, got = {0};
+    int rc = 0;
+    if (compute(ctx, c, inputs, &nin, &ref) != QS_OK)
+        rc = qsk_usage_error("verify", "case %s: the reference failed: %s", c->id,
+                             qs_ctx_errmsg(ctx));
+    if (rc == 0)
+        rc = read_outputs(ctx, a, c, &ref, &got);
+    if (rc == 0) {
+        qsk_case_result r;
+        qsk_result_init(&r, c);
+        qsk_check_digests(c, &ref, &r, 0);
+        qsk_compare_outputs(c, &ref, &got, &r);
+        qsk_result_finish(&r);
+        if (r.out)
+            fputs(r.out, stdout);
+        if (r.kind == QSK_RES_PASS)
+            printf("PASS %s: %zu output%s with the reference\n", c->id, c->noutputs,
+                   c->noutputs == 1 ? " agrees" : "s agree");
+        else
+            printf("FAIL %s: %zu of %zu output%s %s with the reference\n", c->id, r.nfails,
+                   c->noutputs, c->noutputs == 1 ? "" : "s",
+                   r.nfails == 1 ? "disagrees" : "disagree");
+        rc = r.kind == QSK_RES_PASS ? QSK_EXIT_OK : QSK_EXIT_FAIL;
+        qsk_result_free(&r);
+    }
+    qsk_results_free(&got);
+    qsk_results_free(&ref);
+    free_inputs(inputs, nin);
+    return rc;
+}
+
+static int verify_run(int argc, char **argv)
+{
+    gen_args a;
+    int rc = parse_args(&qsk_cmd_verify, "--results", argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    struct stat sb;
+    if (stat(a.dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qsk_usage_error("verify",
+                               "%s: not a folder (--results names the folder the "
+                               "outputs were written to)",
+                               a.dir);
+    qs_ctx *ctx = qs_ctx_new();
+    if (!ctx)
+        return qsk_usage_error("verify", "out of memory");
+    qsk_suite s;
+    const qsk_case *c;
+    rc = load_case(ctx, "verify", &a, &s, &c);
+    if (rc == 0)
+        rc = check_folder(&a, c);
+    if (rc == 0)
+        rc = verify_checked(ctx, &a, c);
+    qsk_suite_free(&s);
+    qs_ctx_free(ctx);
+    return rc;
+}
+
+const qsk_command qsk_cmd_verify = {
+    "verify", "check an external framework's .npy outputs of a case",
+    "usage: qspec verify CASE-FILE --id ID --results DIR\n\n"
+    "Compares the outputs of case ID that an external framework wrote into DIR, one\n"
+    "OUTPUT.npy per output named in the manifest of 'qspec gen', with the reference's, as\n"
+    "'qspec run' compares a plugin's: the reference is checked against the golden digests,\n"
+    "then each output is compared as the case says. DIR may also hold the files gen wrote\n"
+    "(manifest.json, the inputs, expected/); any other entry, a missing output, or an output\n"
+    "whose file cannot be read or has the wrong dtype or shape is an error.\n\n"
+    "Each mismatch prints a FAIL line as 'qspec run' does, then a PASS or FAIL summary.\n"
+    "Exit status: 0 every output agrees, 1 some output disagrees, 2 bad usage or a\n"
+    "missing, extra, unreadable, mis-typed or mis-shaped file.\n",
+    verify_run};

@@ -1,0 +1,446 @@
+/* qc_tile.cuh: the fast paths of the FP8 quantizers, for aligned shapes — the arithmetic
+ * is qc_device.cuh's, element by element the same as the generic kernels; only the data
+ * movement differs.
+ *
+ * rows_vec: the rowwise copy alone, a grid-stride walk of 8-element chunks (one 16-byte
+ * load, one 8-byte store per chunk); a 1xB block of B = 8G elements is G adjacent lanes,
+ * reduced with G-lane shuffles.
+ *
+ * tile128: both copies of a 128x128 tile in one pass by 256 threads. Lane l of warp w
+ * owns column chunk c = l % 16 (8 columns) of rows h*64 + g*4 + i (g = 2w + l/16; h, i
+ * in 0..1, 0..3): 64 values in registers. Row blocks reduce over lanes; column maxima go
+ * through shared memory, one partial per (h, g) per column; the transposed copy packs the
+ * four codes of rows g*4..g*4+3 into one word of a [128][33]-word shared tile and leaves
+ * it row by row, 128 bytes a warp. */
+#ifndef QC_TILE_CUH
+#define QC_TILE_CUH
+
+#include "qc_dispatch.cuh"
+
+namespace qc {
+
+/* How a kernel scales: tensorwise (one scale), MXFP8 (1x32 / 32x1 E8M0), block 1x128
+ * (1x128 of x and of its transpose) and block 128x128 (one scale per tile). */
+enum { K_TW = 0, K_MX = 1, K_B1 = 2, K_B2 = 3 };
+
+struct fast_args {
+    qc_copy row, col;
+    int rule; /* mxfp8: 0 te, 1 ocp */
+    qc_block_params bp;
+    float tw_scale_given;     /* tensorwise: the scale when amax_in is NULL (delayed) */
+    qc_tw_params tw;          /* tensorwise: eps, pow2 for the scale from *amax_in */
+    const uint32_t *amax_in;  /* tensorwise current scaling: the tensor amax bits */
+    uint32_t *amax_out;       /* tensorwise delayed scaling: the amax seen (atomic max) */
+};
+
+/* The tensorwise scale of a request [REC-CS-SCALE]. */
+__device__ __forceinline__ float fast_tw_scale(const fast_args &a, int e5)
+{
+    if (!a.amax_in)
+        return a.tw_scale_given;
+    return scale_from_amax(__uint_as_float(*a.amax_in), e5 ? 57344.0f : 448.0f, a.tw.eps, a.tw.pow2,
+                           3.402823466e38f);
+}
+
+/* [REC-BLK-SCALE]: the block scale and its inverse. */
+__device__ __forceinline__ float fast_blk_scale(const qc_block_params &p, int e5, uint32_t amax_bits,
+                                                float *sinv)
+{
+    float s = scale_from_amax(__uint_as_float(amax_bits), e5 ? 57344.0f : 448.0f, p.eps, p.pow2,
+                              p.value_for_inf);
+    *sinv = __fdiv_rn(1.0f, s);
+    return s;
+}
+
+/* Folds one amax (bits) into *out: one atomic from one thread, and none when *out already
+ * holds as much (the common case once the first blocks have run). */
+__device__ __forceinline__ void publish_amax(uint32_t *out, uint32_t t)
+{
+    if (threadIdx.x % 32 == 0 && t > *static_cast<volatile uint32_t *>(out))
+        atomicMax(out, t);
+}
+
+/* The maximum over G adjacent lanes (G a power of two), every lane active. */
+template <int G> __device__ __forceinline__ uint32_t group_max(uint32_t a)
+{
+#pragma unroll
+    for (int d = 1; d < G; d *= 2)
+        a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, d));
+    return a;
+}
+
+/* Block-wide maximum of one value per thread (256 threads); every thread gets it. */
+__device__ __forceinline__ uint32_t block_max256(uint32_t a, uint32_t *scratch8)
+{
+    a = warp_max(a);
+    if (threadIdx.x % 32 == 0)
+        scratch8[threadIdx.x / 32] = a;
+    __syncthreads();
+    a = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        a = max(a, scratch8[i]);
+    return a;
+}
+
+template <int KIND, int RULE, int E5> __device__ __forceinline__ uint8_t fast_enc(float v)
+{
+    if (KIND == K_MX)
+        return mx_rule<RULE, E5>::enc(v);
+    return enc_sat<E5>(v);
+}
+
+/* max with NaN propagation (PTX max.NaN): a NaN or Inf among |p| shows in the result. */
+__device__ __forceinline__ float fmax_nan(float a, float b)
+{
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+/* |v| maxima for the amax: fmaxf ignores NaN and the result is never -0 [REC-AMAX]. */
+__device__ __forceinline__ float amax8(float acc, const float v[8])
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        acc = fmaxf(acc, fabsf(v[j]));
+    return acc;
+}
+
+__device__ __forceinline__ uint32_t fbits(float v)
+{
+    return __float_as_uint(v);
+}
+
+/* The codes of eight scaled values p (first code lowest). All finite: the conversion
+ * instruction two at a time, which is exactly enc_sat on finite values; otherwise (a NaN
+ * or an Inf, rare) the encoder of the rule element by element. */
+template <int KIND, int RULE, int E5> __device__ __forceinline__ uint2 enc8(const float p[8])
+{
+    float big = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        big = fmax_nan(big, fabsf(p[j]));
+    uint32_t q[4];
+    if (big <= 3.402823466e38f) {
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+            q[t] = __nv_cvt_float2_to_fp8x2(make_float2(p[2 * t], p[2 * t + 1]), __NV_SATFINITE,
+                                            E5 ? __NV_E5M2 : __NV_E4M3);
+    } else {
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+            q[t] = fast_enc<KIND, RULE, E5>(p[2 * t]) |
+                   (static_cast<uint32_t>(fast_enc<KIND, RULE, E5>(p[2 * t + 1])) << 8);
+    }
+    return make_uint2(q[0] | (q[1] << 16), q[2] | (q[3] << 16));
+}
+
+/* enc8 of v[j] * mult and of v[j] * mult[j]. */
+template <int KIND, int RULE, int E5> __device__ __forceinline__ uint2 enc8_scaled(const float v[8], float mult)
+{
+    float p[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        p[j] = __fmul_rn(v[j], mult);
+    return enc8<KIND, RULE, E5>(p);
+}
+template <int KIND, int RULE, int E5>
+__device__ __forceinline__ uint2 enc8_scaled(const float v[8], const float mult[8])
+{
+    float p[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        p[j] = __fmul_rn(v[j], mult[j]);
+    return enc8<KIND, RULE, E5>(p);
+}
+
+/* Byte j (0..7) of four 8-code rows, as one word (row 0 lowest). */
+__device__ __forceinline__ uint32_t column_word(const uint2 r[4], int j)
+{
+    uint32_t a0 = j < 4 ? r[0].x : r[0].y, a1 = j < 4 ? r[1].x : r[1].y;
+    uint32_t a2 = j < 4 ? r[2].x : r[2].y, a3 = j < 4 ? r[3].x : r[3].y;
+    uint32_t sel = static_cast<uint32_t>(j % 4) | (static_cast<uint32_t>(4 + j % 4) << 4);
+    return __byte_perm(__byte_perm(a0, a1, sel), __byte_perm(a2, a3, sel), 0x5410);
+}
+
+/* The rowwise copy of an [M, K] input alone: K a multiple of the block (32 for MXFP8, 128
+ * for block 1x128; 8 for tensorwise, with M*K a multiple of 8). 256 threads a block; a
+ * warp takes 64 chunks a step, two a lane (both loads in flight before either is used). */
+template <int DT, int E5, int KIND, int RULE>
+__global__ void __launch_bounds__(256) rows_vec(qc_input in, fast_args a)
+{
+    constexpr int G = KIND == K_MX ? 4 : (KIND == K_B1 ? 16 : 1);
+    const int64_t K = in.cols;
+    const int64_t nchunk = in.rows * K / 8;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * 512;
+    const int lane = threadIdx.x % 32;
+    float s = KIND == K_TW ? fast_tw_scale(a, E5) : 1.0f;
+    float seen = 0.0f;
+    /* Warp-uniform trip count: a group of G lanes is all in range or all out (nchunk and the
+     * warp's step are multiples of G). */
+    for (int64_t base = static_cast<int64_t>(blockIdx.x) * 512 + (threadIdx.x / 32) * 64; base < nchunk;
+         base += stride) {
+        float v[2][8];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int64_t ch = base + u * 32 + lane;
+            if (ch < nchunk)
+                load8<DT>(in.x, static_cast<size_t>(ch) * 8, v[u]);
+            else
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    v[u][j] = 0.0f;
+        }
+        /* Block 1x128: lane u of each half-warp divides for chunk set u, writes its
+         * scale_inv (m*(K/128) + k/128 = ch/16) and hands the scale to the others. */
+        float b1s[2] = {1.0f, 1.0f};
+        if constexpr (KIND == K_B1) {
+            uint32_t r0 = group_max<G>(fbits(amax8(0.0f, v[0])));
+            uint32_t r1 = group_max<G>(fbits(amax8(0.0f, v[1])));
+            int u = lane & 1;
+            float sinv, smine = fast_blk_scale(a.bp, E5, u ? r1 : r0, &sinv);
+            int64_t ch = base + u * 32 + lane;
+            if (ch < nchunk && (lane & 15) < 2)
+                static_cast<float *>(a.row.scale)[ch / 16] = sinv;
+            b1s[0] = __shfl_sync(0xFFFFFFFFu, smine, lane & 16);
+            b1s[1] = __shfl_sync(0xFFFFFFFFu, smine, (lane & 16) | 1);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int64_t ch = base + u * 32 + lane;
+            bool live = ch < nchunk;
+            float am = amax8(0.0f, v[u]);
+            float mult = s;
+            if (KIND == K_MX) {
+                uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(group_max<G>(fbits(am))));
+                mult = mx_multiplier(e);
+                if (live && lane % G == 0) /* row m, block k/32: m*(K/32) + k/32 = ch/4 */
+                    static_cast<uint8_t *>(a.row.scale)[ch / 4] = static_cast<uint8_t>(e);
+            } else if (KIND == K_B1) {
+                mult = b1s[u];
+            } else {
+                seen = fmaxf(seen, am);
+            }
+            uint2 w = enc8_scaled<KIND, RULE, E5>(v[u], mult);
+            if (live)
+                *reinterpret_cast<uint2 *>(a.row.data + ch * 8) = w;
+        }
+    }
+    if (KIND == K_TW && a.amax_out)
+        publish_amax(a.amax_out, warp_max(fbits(seen)));
+}
+
+/* Shared memory of tile128. */
+struct tile_smem {
+    uint32_t part[2][16][128]; /* column maxima per (h, g), as bits */
+    float cmul[4][128];        /* column multipliers: MXFP8 per 32-row block, block 1x128 row 0 */
+    uint32_t codes[128][33];   /* transposed codes, four rows a word */
+    uint32_t scratch[8];
+};
+
+/* The transposed copy of tile128 from the codes of the thread's rows: codes[k][r/4]
+ * holds rows r..r+3 of column k; then 128 bytes a warp per output row. */
+__device__ __forceinline__ void tile128_transposed(const fast_args &a, const uint2 (&rc)[2][4], tile_smem &sm,
+                                                   int c, int g, int w, int lane, int64_t M, int64_t m0,
+                                                   int64_t k0)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            sm.codes[c * 8 + j][h * 16 + g] = column_word(rc[h], j);
+    __syncthreads();
+#pragma unroll 4
+    for (int kk = w; kk < 128; kk += 8)
+        reinterpret_cast<uint32_t *>(a.col.data + (k0 + kk) * M + m0)[lane] = sm.codes[kk][lane];
+}
+
+/* Both copies of the 128x128 tile (blockIdx.y, blockIdx.x) of an [M, K] input, M and K
+ * multiples of 128. The columnwise copy is transposed ([K, M]) except for MXFP8 ([M, K]).
+ * Either copy may be absent (NULL data). */
+template <int DT, int E5, int KIND, int RULE>
+__global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2) tile128(qc_input in, fast_args a)
+{
+    __shared__ tile_smem sm;
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    const int c = lane % 16, g = 2 * w + lane / 16;
+    const int64_t M = in.rows, K = in.cols;
+    const int64_t m0 = static_cast<int64_t>(blockIdx.y) * 128, k0 = static_cast<int64_t>(blockIdx.x) * 128;
+    const int64_t kc = k0 + c * 8; /* this thread's first column */
+
+    float v[2][4][8];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            load8<DT>(in.x, static_cast<size_t>((m0 + h * 64 + g * 4 + i) * K + kc), v[h][i]);
+
+    /* Row amax per owned row, and the thread's total. */
+    float ram[2][4], tot = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            ram[h][i] = amax8(0.0f, v[h][i]);
+            tot = fmaxf(tot, ram[h][i]);
+        }
+
+    /* One scale for the tile (tensorwise, 128x128) [REC-BLK-2D]. */
+    float s1 = 1.0f, s1inv = 1.0f;
+    if (KIND == K_TW) {
+        s1 = fast_tw_scale(a, E5);
+        if (a.amax_out) {
+            uint32_t t = block_max256(fbits(tot), sm.scratch);
+            if (w == 0)
+                publish_amax(a.amax_out, t);
+        }
+    } else if (KIND == K_B2) {
+        s1 = fast_blk_scale(a.bp, E5, block_max256(fbits(tot), sm.scratch), &s1inv);
+        if (threadIdx.x == 0) {
+            if (a.row.data)
+                static_cast<float *>(a.row.scale)[blockIdx.y * gridDim.x + blockIdx.x] = s1inv;
+            if (a.col.data)
+                static_cast<float *>(a.col.scale)[blockIdx.x * gridDim.y + blockIdx.y] = s1inv;
+        }
+    }
+
+    /* Block 1x128 row scales: lane c < 8 of each half-warp divides for row (c/4, c%4) of
+     * the half's rows, writes its scale_inv and hands the scale to the others. */
+    float bs[2][4];
+    if constexpr (KIND == K_B1) {
+        uint32_t mine = 0;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                uint32_t r = group_max<16>(fbits(ram[h][i]));
+                if (h * 4 + i == (c & 7))
+                    mine = r;
+            }
+        float sinv, smine = fast_blk_scale(a.bp, E5, mine, &sinv);
+        if (a.row.data && c < 8)
+            static_cast<float *>(a.row.scale)[(m0 + (c / 4) * 64 + g * 4 + c % 4) * (K / 128) + blockIdx.x] =
+                sinv;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                bs[h][i] = __shfl_sync(0xFFFFFFFFu, smine, (lane & 16) | (h * 4 + i));
+    }
+
+    /* The rowwise copy; its codes are also the transposed copy's for one-scale tiles. */
+    uint2 rc[2][4];
+    if (a.row.data || KIND == K_TW || KIND == K_B2) {
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int64_t m = m0 + h * 64 + g * 4 + i;
+                float mult = s1;
+                if (KIND == K_MX) {
+                    uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(group_max<4>(fbits(ram[h][i]))));
+                    mult = mx_multiplier(e);
+                    if (a.row.data && c % 4 == 0)
+                        static_cast<uint8_t *>(a.row.scale)[m * (K / 32) + kc / 32] = static_cast<uint8_t>(e);
+                } else if (KIND == K_B1) {
+                    mult = bs[h][i];
+                }
+                rc[h][i] = enc8_scaled<KIND, RULE, E5>(v[h][i], mult);
+                if (a.row.data)
+                    *reinterpret_cast<uint2 *>(a.row.data + m * K + kc) = rc[h][i];
+            }
+    }
+    if (!a.col.data)
+        return;
+
+    /* Column scales: MXFP8 per 32-row block, block 1x128 per column of the tile. */
+    if constexpr (KIND == K_MX || KIND == K_B1) {
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float am = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    am = fmaxf(am, fabsf(v[h][i][j]));
+                sm.part[h][g][c * 8 + j] = fbits(am);
+            }
+        __syncthreads();
+        if (KIND == K_MX) {
+            for (int q = threadIdx.x; q < 512; q += 256) {
+                int k = q % 128, b = q / 128; /* rows 32b .. 32b+31: h = b/2, g in 8(b%2).. */
+                uint32_t am = 0;
+                for (int gg = 0; gg < 8; gg++)
+                    am = max(am, sm.part[b / 2][(b % 2) * 8 + gg][k]);
+                uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(am));
+                sm.cmul[b][k] = mx_multiplier(e);
+                static_cast<uint8_t *>(a.col.scale)[(m0 / 32 + b) * K + k0 + k] = static_cast<uint8_t>(e);
+            }
+        } else if (threadIdx.x < 128) {
+            int k = threadIdx.x;
+            uint32_t am = 0;
+            for (int h = 0; h < 2; h++)
+                for (int gg = 0; gg < 16; gg++)
+                    am = max(am, sm.part[h][gg][k]);
+            float sinv;
+            sm.cmul[0][k] = fast_blk_scale(a.bp, E5, am, &sinv);
+            static_cast<float *>(a.col.scale)[(k0 + k) * (M / 128) + blockIdx.y] = sinv;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mult[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                mult[j] = sm.cmul[KIND == K_MX ? 2 * h + g / 8 : 0][c * 8 + j];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                uint2 cw = enc8_scaled<KIND, RULE, E5>(v[h][i], mult);
+                if (KIND == K_MX) /* columnwise MXFP8 keeps the [M, K] layout */
+                    *reinterpret_cast<uint2 *>(a.col.data + (m0 + h * 64 + g * 4 + i) * K + kc) = cw;
+                else
+                    rc[h][i] = cw;
+            }
+        }
+    }
+    if constexpr (KIND != K_MX)
+        tile128_transposed(a, rc, sm, c, g, w, lane, M, m0, k0);
+}
+
+/* Whether the fast paths apply: every buffer 16-byte aligned, and for tile128 M and K
+ * multiples of 128. */
+inline bool fast_rows_ok(const qc_input &in, int64_t kmult)
+{
+    return !qc_force_generic && aligned16(in.x) && in.cols % kmult == 0 && (in.rows * in.cols) % 8 == 0;
+}
+inline bool fast_tile_ok(const qc_input &in)
+{
+    return !qc_force_generic && aligned16(in.x) && in.rows % 128 == 0 && in.cols % 128 == 0;
+}
+
+/* Launches rows_vec with a grid of a few waves (the walk is grid-stride). */
+template <int DT, int E5, int KIND, int RULE> cudaError_t launch_rows(const qc_input &in, const fast_args &a)
+{
+    int64_t nchunk = in.rows * in.cols / 8;
+    unsigned grid = blocks_for(nchunk, 512);
+    if (grid > 132u * 8u)
+        grid = 132u * 8u;
+    if (grid == 0)
+        return cudaSuccess;
+    rows_vec<DT, E5, KIND, RULE><<<grid, 256>>>(in, a);
+    return cudaGetLastError();
+}
+
+template <int DT, int E5, int KIND, int RULE> cudaError_t launch_tile(const qc_input &in, const fast_args &a)
+{
+    dim3 grid(static_cast<unsigned>(in.cols / 128), static_cast<unsigned>(in.rows / 128));
+    if (grid.x == 0 || grid.y == 0)
+        return cudaSuccess;
+    tile128<DT, E5, KIND, RULE><<<grid, 256>>>(in, a);
+    return cudaGetLastError();
+}
+
+} // namespace qc
+
+#endif
