@@ -76,36 +76,13 @@ bool same_bits(rank_ctx *rc, const char *name, const char *what, float got, floa
 
 /* ------------------------------------------------------------ device buffers */
 
-struct dev_buf {
-    void *p = nullptr;
-    dev_buf() = default;
-    dev_buf(const dev_buf &) = delete;
-    dev_buf &operator=(const dev_buf &) = delete;
-    ~dev_buf()
-    {
-        if (p)
-            cudaFree(p);
-    }
-    bool alloc(size_t n)
-    {
-        return cudaMalloc(&p, n ? n : 1) == cudaSuccess;
-    }
-    uint8_t *u8()
-    {
-        return static_cast<uint8_t *>(p);
-    }
-    uint32_t *u32()
-    {
-        return static_cast<uint32_t *>(p);
-    }
-};
-
-bool to_device(dev_buf &d, const void *h, size_t n)
+bool to_device(qc_dev_buf &d, const void *h, size_t n)
 {
-    return d.alloc(n) && cudaMemcpy(d.p, h, n, cudaMemcpyHostToDevice) == cudaSuccess;
+    return (d.alloc(n) == cudaSuccess) &&
+           cudaMemcpy(d.p, h, n, cudaMemcpyHostToDevice) == cudaSuccess;
 }
 
-bool to_host(void *h, const dev_buf &d, size_t n)
+bool to_host(void *h, const qc_dev_buf &d, size_t n)
 {
     return cudaDeviceSynchronize() == cudaSuccess &&
            cudaMemcpy(h, d.p, n, cudaMemcpyDeviceToHost) == cudaSuccess;
@@ -188,7 +165,7 @@ struct quantized_set {
     }
 };
 
-qc_input device_input(const dev_buf &x, const qs_tensor *t)
+qc_input device_input(const qc_dev_buf &x, const qs_tensor *t)
 {
     return qc_input{x.p, QC_IN_BF16, t->shape[0], t->shape[1]};
 }
@@ -199,11 +176,12 @@ qc_input device_input(const dev_buf &x, const qs_tensor *t)
 bool device_current(rank_ctx *rc, const char *name, qc_nccl *comm, const qs_tensor *shard,
                     uint32_t *amax_bits, qs_tensor *row, qs_tensor *col)
 {
-    dev_buf x, amax, drow, dcol;
+    qc_dev_buf x, amax, drow, dcol;
     qc_input in = device_input(x, shard);
     qc_tw_params p = {0, 1, 1.0f, 0.0f, 0};
-    bool ok = to_device(x, shard->data, shard->nbytes) && amax.alloc(sizeof(uint32_t)) &&
-              drow.alloc(row->nbytes) && dcol.alloc(col->nbytes);
+    bool ok = to_device(x, shard->data, shard->nbytes) &&
+              (amax.alloc(sizeof(uint32_t)) == cudaSuccess) &&
+              (drow.alloc(row->nbytes) == cudaSuccess) && (dcol.alloc(col->nbytes) == cudaSuccess);
     in.x = x.p;
     ok = ok && qc_amax(in, amax.u32()) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
     ok = ok && qc_nccl_allreduce_amax(comm, amax.u32(), 1, 0) == ncclSuccess;
@@ -269,14 +247,15 @@ void case_current(rank_ctx *rc, int group)
     if (group == 1) { /* [DIST-REPLAY]: the recorded amax, no collective */
         const char *rname = "replay-recorded-amax";
         int64_t before = comm->reductions;
-        dev_buf x, amax, drow, dcol;
+        qc_dev_buf x, amax, drow, dcol;
         qc_tw_params p = {0, 1, 1.0f, 0.0f, 0};
         qc_input in = device_input(x, &sh.part[r]);
         qs_tensor row2, col2;
         bool ok = alloc_like(&row2, &row) && alloc_like(&col2, &col) &&
                   to_device(x, sh.part[r].data, sh.part[r].nbytes) &&
-                  to_device(amax, &amax_bits, sizeof amax_bits) && drow.alloc(row.nbytes) &&
-                  dcol.alloc(col.nbytes);
+                  to_device(amax, &amax_bits, sizeof amax_bits) &&
+                  (drow.alloc(row.nbytes) == cudaSuccess) &&
+                  (dcol.alloc(col.nbytes) == cudaSuccess);
         in.x = x.p;
         ok = ok && qc_tensorwise(in, p, amax.u32(), drow.u8(), dcol.u8()) == cudaSuccess &&
              to_host(row2.data, drow, row2.nbytes) && to_host(col2.data, dcol, col2.nbytes);
@@ -334,7 +313,7 @@ void case_nan(rank_ctx *rc)
         return;
     }
     qs_dist_world_free(&w);
-    dev_buf d;
+    qc_dev_buf d;
     uint32_t got[NV];
     if (!to_device(d, mine, sizeof mine) ||
         qc_nccl_allreduce_amax(&rc->world, d.u32(), NV, 0) != ncclSuccess ||
@@ -386,15 +365,16 @@ void case_delayed(rank_ctx *rc)
             qs_tensor_free(&X);
             break;
         }
-        dev_buf x, amax, drow, dcol;
+        qc_dev_buf x, amax, drow, dcol;
         qc_tw_params p = {0, 0, mine.ds.scale, 0.0f, 0};
         qc_input in = device_input(x, &sh.part[r]);
         qs_tensor row, col;
         uint32_t amax_bits = 0;
         ok = alloc_like(&row, &want.q[r].data[QS_DIR_ROW]) &&
              alloc_like(&col, &want.q[r].data[QS_DIR_COL]) &&
-             to_device(x, sh.part[r].data, sh.part[r].nbytes) && amax.alloc(sizeof(uint32_t)) &&
-             drow.alloc(row.nbytes) && dcol.alloc(col.nbytes);
+             to_device(x, sh.part[r].data, sh.part[r].nbytes) &&
+             (amax.alloc(sizeof(uint32_t)) == cudaSuccess) &&
+             (drow.alloc(row.nbytes) == cudaSuccess) && (dcol.alloc(col.nbytes) == cudaSuccess);
         in.x = x.p;
         ok = ok && qc_tensorwise(in, p, amax.u32(), drow.u8(), dcol.u8()) == cudaSuccess &&
              to_host(row.data, drow, row.nbytes) && to_host(col.data, dcol, col.nbytes) &&
@@ -450,11 +430,12 @@ void case_mxfp8(rank_ctx *rc)
     want.n = n;
     const qs_quantized *z = &want.q[r];
     int64_t before = rc->world.reductions;
-    dev_buf x, d[2], sc[2];
+    qc_dev_buf x, d[2], sc[2];
     qc_input in = device_input(x, &sh.part[r]);
     bool ok = to_device(x, sh.part[r].data, sh.part[r].nbytes);
     for (int k = 0; k < 2 && ok; k++)
-        ok = d[k].alloc(z->data[k].nbytes) && sc[k].alloc(z->scale[k].nbytes);
+        ok = (d[k].alloc(z->data[k].nbytes) == cudaSuccess) &&
+             (sc[k].alloc(z->scale[k].nbytes) == cudaSuccess);
     in.x = x.p;
     ok = ok && qc_mxfp8(in, 0, 0, qc_copy{d[0].u8(), sc[0].p}, qc_copy{d[1].u8(), sc[1].p}) ==
                    cudaSuccess;

@@ -101,19 +101,6 @@ cudaError_t launch(const job &j, const uint8_t *data, const void *scale, float *
     return cudaGetLastError();
 }
 
-/* A device allocation freed at scope exit. */
-struct dev_buf {
-    void *p = nullptr;
-    dev_buf() = default;
-    dev_buf(const dev_buf &) = delete;
-    dev_buf &operator=(const dev_buf &) = delete;
-    ~dev_buf()
-    {
-        if (p)
-            cudaFree(p);
-    }
-    cudaError_t alloc(size_t n) { return cudaMalloc(&p, n ? n : 1); }
-};
 
 /* The scale dtype and element dtypes of a recipe [REC-LAYOUT]. */
 bool dtypes_ok(int kind, qs_dtype elem, qs_dtype scale)
@@ -196,7 +183,7 @@ qs_status qc_slot_dequantize(void *state, const qs_dequantize_args *a)
     qc::dq::geometry g = qc::dq::geometry_of(p.kind, p.col, M, K, p.tile_2d, p.scale_cols);
     if (qc::dq::scale_index(g, g.R - 1, g.C - 1) >= s->numel) /* the largest index read */
         return QS_ERR_INVALID_ARG;
-    qc::dq::dev_buf dd, sd, yd;
+    qc_dev_buf dd, sd, yd;
     cudaError_t err = dd.alloc(d->nbytes);
     if (err == cudaSuccess)
         err = sd.alloc(s->nbytes);

@@ -97,6 +97,22 @@ struct qc_dequant_params {
 cudaError_t qc_dequantize(const qc_dequant_params &p, const uint8_t *data, const void *scale,
                           float *y);
 
+/* A device allocation freed at scope exit (host code of the plugin and the tools). */
+struct qc_dev_buf {
+    void *p = nullptr;
+    qc_dev_buf() = default;
+    qc_dev_buf(const qc_dev_buf &) = delete;
+    qc_dev_buf &operator=(const qc_dev_buf &) = delete;
+    ~qc_dev_buf()
+    {
+        if (p)
+            cudaFree(p);
+    }
+    cudaError_t alloc(size_t n) { return cudaMalloc(&p, n ? n : 1); }
+    uint8_t *u8() const { return static_cast<uint8_t *>(p); }
+    uint32_t *u32() const { return static_cast<uint32_t *>(p); }
+};
+
 /* 1: every entry point takes its generic path (the benchmark compares the fast paths of
  * aligned shapes with it); 0 (default): fast paths where the shape allows. */
 extern int qc_force_generic;

@@ -12,19 +12,6 @@
 
 namespace {
 
-/* A device allocation freed at scope exit. */
-struct dev_buf {
-    void *p = nullptr;
-    dev_buf() = default;
-    dev_buf(const dev_buf &) = delete;
-    dev_buf &operator=(const dev_buf &) = delete;
-    ~dev_buf()
-    {
-        if (p)
-            cudaFree(p);
-    }
-    cudaError_t alloc(size_t n) { return cudaMalloc(&p, n ? n : 1); }
-};
 
 int input_kind(qs_dtype dt)
 {
@@ -42,7 +29,7 @@ int input_kind(qs_dtype dt)
 
 /* Device copies of the kit's output tensors of one quantization. */
 struct dev_out {
-    dev_buf data[QS_DIR_COUNT], scale[QS_DIR_COUNT];
+    qc_dev_buf data[QS_DIR_COUNT], scale[QS_DIR_COUNT];
 
     cudaError_t alloc(const qs_quantized *z)
     {
@@ -80,7 +67,7 @@ struct dev_out {
 cudaError_t run_tensorwise(const qs_quantize_args *a, const qc_input &in, qs_quantized *z)
 {
     dev_out out;
-    dev_buf amax;
+    qc_dev_buf amax;
     cudaError_t err = out.alloc(z);
     if (err == cudaSuccess)
         err = amax.alloc(sizeof(uint32_t));
@@ -142,7 +129,7 @@ cudaError_t run_nvfp4(const qs_quantize_args *a, const qc_input &in, qs_quantize
 {
     const qs_recipe_config *c = a->cfg;
     dev_out out;
-    dev_buf amax;
+    qc_dev_buf amax;
     cudaError_t err = out.alloc(z);
     if (err == cudaSuccess)
         err = amax.alloc(2 * sizeof(uint32_t));
@@ -184,7 +171,7 @@ qs_status qc_slot_quantize(void *state, const qs_quantize_args *a)
         if (x->shape[0] % 16 != 0)
             return QS_ERR_SHAPE;
     }
-    dev_buf xd;
+    qc_dev_buf xd;
     cudaError_t err = xd.alloc(x->nbytes);
     if (err == cudaSuccess)
         err = cudaMemcpy(xd.p, x->data, x->nbytes, cudaMemcpyHostToDevice);
@@ -217,7 +204,7 @@ qs_status qc_slot_cast(void *state, const qs_cast_args *a)
     }
     if (a->n == 0)
         return QS_OK;
-    dev_buf in, out;
+    qc_dev_buf in, out;
     cudaError_t err = in.alloc(a->n * sizeof(float));
     if (err == cudaSuccess)
         err = out.alloc(a->n);

@@ -358,39 +358,16 @@ static qs_status load_inputs(qs_ctx *ctx, int n, const qs_tensor *const *x, qsi_
     return QS_OK;
 }
 
-/* [DIST-NV-AMAX]: the tensor amax of each copy cfg produces (0 otherwise): rowwise over x,
- * columnwise over x^T after the Hadamard transform when rht; one amax for 2-D tiles. */
-static qs_status nvfp4_local_amax(qs_ctx *ctx, const qs_recipe_config *cfg, const qsi_input *in,
-                                  float amax[QS_DIR_COUNT])
-{
-    float whole = qsi_amax(in->x, in->m * in->k, 1);
-    amax[QS_DIR_ROW] = cfg->rowwise ? whole : 0.0f;
-    amax[QS_DIR_COL] = cfg->columnwise ? whole : 0.0f;
-    if (!cfg->columnwise || cfg->tile_2d || !cfg->rht)
-        return QS_OK;
-    if (in->dtype != QS_BF16 || in->m % 16 != 0)
-        return qs_ctx_error(ctx, in->dtype != QS_BF16 ? QS_ERR_DTYPE : QS_ERR_SHAPE,
-                            "nvfp4 with rht needs a bf16 x with a multiple of 16 rows "
-                            "[REC-NV-RHT]");
-    float *xt = malloc((size_t)(in->m * in->k) * sizeof *xt);
-    if (!xt)
-        return qs_ctx_error(ctx, QS_ERR_NOMEM, "nvfp4 amax: out of memory");
-    qsi_transpose_f32(in->x, in->m, in->k, xt);
-    for (int64_t k = 0; k < in->k; k++)
-        qsi_rht16(xt + k * in->m, in->m, xt + k * in->m);
-    amax[QS_DIR_COL] = qsi_amax(xt, in->m * in->k, 1);
-    free(xt);
-    return QS_OK;
-}
-
-/* Every rank's NVFP4 tensor amaxes, reduced over g (NULL: local) as one vector of 2. With
+/* Every rank's NVFP4 tensor amaxes [DIST-NV-AMAX] (rowwise over x, columnwise over x^T after
+ * the Hadamard transform when rht, one amax for 2-D tiles, 0 for a copy cfg does not
+ * produce), reduced over g (NULL: local) as one vector of 2. With
  * count 0 the reduction is computed but not counted (a check before committing). */
 static qs_status nvfp4_amaxes(qs_ctx *ctx, qs_dist_group *g, const qs_recipe_config *cfg, int n,
                               const qsi_input *in, float *local, float *reduced, int count)
 {
     float *p[QS_DIST_MAX_RANKS] = {0};
     for (int r = 0; r < n; r++) {
-        qs_status s = nvfp4_local_amax(ctx, cfg, &in[r], &local[2 * r]);
+        qs_status s = qsi_nvfp4_amax(ctx, cfg, &in[r], &local[2 * r]);
         if (s != QS_OK)
             return rank_error(ctx, s, r);
         reduced[2 * r] = local[2 * r];
@@ -418,9 +395,25 @@ static int nvfp4_local_is_group(const float *local, const float *reduced, int n)
 static qs_status nvfp4_unsupported(qs_ctx *ctx)
 {
     return qs_ctx_error(ctx, QS_ERR_UNSUPPORTED,
-                        "nvfp4 under a group whose reduction changes a rank's tensor amax: the "
-                        "reference has no nvfp4 encoder taking a given tensor amax yet "
+                        "nvfp4 linear under a group whose reduction changes a rank's tensor "
+                        "amax: the reference's linear takes no given tensor amax yet "
                         "[DIST-NV-AMAX]");
+}
+
+/* [DIST-NV-AMAX] [DIST-NV-SR]: in quantized under cfg with the tensor amaxes given (the
+ * reduced or recorded ones) in place of its own; the stochastic-rounding index is local. */
+static qs_status encode_nvfp4(qs_ctx *ctx, const qs_recipe_config *cfg, const qsi_input *in,
+                              const float amax[QS_DIR_COUNT], qs_quantized *out)
+{
+    qs_quantizer q;
+    quantized_header(out, cfg, in);
+    qs_status s = qs_quantizer_init(ctx, &q, cfg);
+    if (s == QS_OK)
+        s = qsi_quantize_nvfp4_amax(ctx, &q, in, amax, out);
+    qs_quantizer_free(&q);
+    if (s != QS_OK)
+        qs_quantized_free(out);
+    return s;
 }
 
 /* ------------------------------------------------------------ qs_dist_quantize */
@@ -468,16 +461,18 @@ static qs_status quantize_all_local(qs_ctx *ctx, const qs_recipe_config *cfg, in
 
 /* [DIST-NV-AMAX] [DIST-BLOCK-LOCAL]: the reduced tensor amaxes, local block scales. */
 static qs_status quantize_nvfp4(qs_ctx *ctx, qs_dist_group *g, const qs_recipe_config *cfg, int n,
-                                const qs_tensor *const *x, const qsi_input *in, qs_quantized *out)
+                                const qsi_input *in, qs_quantized *out)
 {
     float local[2 * QS_DIST_MAX_RANKS], reduced[2 * QS_DIST_MAX_RANKS];
-    qs_status s = nvfp4_amaxes(ctx, g, cfg, n, in, local, reduced, 0);
-    if (s != QS_OK)
-        return s;
-    if (!nvfp4_local_is_group(local, reduced, n))
-        return nvfp4_unsupported(ctx);
-    s = nvfp4_amaxes(ctx, g, cfg, n, in, local, reduced, 1); /* counted [DIST-COUNT] */
-    return s == QS_OK ? quantize_all_local(ctx, cfg, n, x, out) : s;
+    qs_status s = nvfp4_amaxes(ctx, g, cfg, n, in, local, reduced, 1); /* [DIST-COUNT] */
+    for (int r = 0; r < n && s == QS_OK; r++) {
+        if ((s = encode_nvfp4(ctx, cfg, &in[r], &reduced[2 * r], &out[r])) != QS_OK) {
+            while (r-- > 0)
+                qs_quantized_free(&out[r]);
+            return rank_error(ctx, s, r);
+        }
+    }
+    return s;
 }
 
 qs_status qs_dist_quantize(qs_ctx *ctx, qs_dist_world *w, const qs_recipe_config *cfg,
@@ -505,7 +500,7 @@ qs_status qs_dist_quantize(qs_ctx *ctx, qs_dist_world *w, const qs_recipe_config
     if (g && cfg->kind == QS_RECIPE_CURRENT)
         s = quantize_current(ctx, g, cfg, n, in, out);
     else if (g && cfg->kind == QS_RECIPE_NVFP4)
-        s = quantize_nvfp4(ctx, g, cfg, n, x, in, out);
+        s = quantize_nvfp4(ctx, g, cfg, n, in, out);
     else /* [DIST-BLOCK-LOCAL], or no group */
         s = quantize_all_local(ctx, cfg, n, x, out);
     free_inputs(in, n);
@@ -528,21 +523,16 @@ qs_status qs_dist_quantize_replay(qs_ctx *ctx, const qs_recipe_config *cfg,
         return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
                             "dist_quantize_replay: the record is of a %s quantization, cfg %s",
                             qs_recipe_kind_name(rec->kind), qs_recipe_kind_name(cfg->kind));
-    if (!is_tensorwise(cfg->kind)) {
-        s = quantize_local(ctx, cfg, x, out);
-        if (s == QS_OK && cfg->kind == QS_RECIPE_NVFP4 &&
-            (qs_f32_bits(out->amax[QS_DIR_ROW]) != qs_f32_bits(rec->amax[QS_DIR_ROW]) ||
-             qs_f32_bits(out->amax[QS_DIR_COL]) != qs_f32_bits(rec->amax[QS_DIR_COL]))) {
-            qs_quantized_free(out);
-            s = nvfp4_unsupported(ctx);
-        }
-        return s;
-    }
-    /* [DIST-REPLAY]: the recorded amax and scale; no reduction. */
+    if (!is_tensorwise(cfg->kind) && cfg->kind != QS_RECIPE_NVFP4)
+        return quantize_local(ctx, cfg, x, out);
+    /* [DIST-REPLAY]: the recorded amaxes (and scale); no reduction. */
     qsi_input in;
     if ((s = qsi_input_load(ctx, x, &in)) != QS_OK)
         return s;
-    s = encode_tensorwise(ctx, cfg, &in, rec->scale, rec->amax[QS_DIR_ROW], out);
+    if (cfg->kind == QS_RECIPE_NVFP4)
+        s = encode_nvfp4(ctx, cfg, &in, rec->amax, out);
+    else
+        s = encode_tensorwise(ctx, cfg, &in, rec->scale, rec->amax[QS_DIR_ROW], out);
     qsi_input_free(&in);
     return s;
 }

@@ -59,6 +59,15 @@ qs_status qsi_quantize_block(qs_ctx *ctx, const qs_quantizer *q, const qsi_input
                              qs_quantized *out);
 qs_status qsi_quantize_nvfp4(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
                              qs_quantized *out);
+/* NVFP4's tensor amaxes of in under cfg [REC-NV-GLOBAL]: amax[QS_DIR_ROW] over x, amax[QS_DIR_COL]
+ * over x^T after the Hadamard transform when rht (the one amax of x for 2-D tiles); 0 for a copy
+ * cfg does not produce. qsi_quantize_nvfp4 is qsi_quantize_nvfp4_amax with these; the
+ * distributed path passes the reduced ones instead [DIST-NV-AMAX] (2-D tiles use
+ * amax[QS_DIR_ROW], or amax[QS_DIR_COL] when only columnwise). */
+qs_status qsi_nvfp4_amax(qs_ctx *ctx, const qs_recipe_config *cfg, const qsi_input *in,
+                         float amax[QS_DIR_COUNT]);
+qs_status qsi_quantize_nvfp4_amax(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
+                                  const float amax[QS_DIR_COUNT], qs_quantized *out);
 
 /* Dequantization into y (M*K FP32 values, the input's orientation) [REC-DEQ-*]. */
 void qsi_dequantize_tensorwise(const qs_quantized *qz, qs_direction dir, float *y);

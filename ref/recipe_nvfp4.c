@@ -199,11 +199,11 @@ static void store_global(qs_quantized *out, qs_direction d, float amax, const nv
     out->global_dec[d] = j->g.dec;
 }
 
-/* [REC-NV-2D] [REC-NV-2D-COL]: 16x16 tiles; the columnwise copy is the transpose. */
-static qs_status quantize_2d(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
+/* [REC-NV-2D] [REC-NV-2D-COL]: 16x16 tiles under the one tensor amax; the columnwise
+ * copy is the transpose. */
+static qs_status quantize_2d(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in, float amax,
                              qs_quantized *out)
 {
-    float amax = qsi_amax(in->x, in->m * in->k, 1);
     nv_job j = make_job(q, amax, 0);
     qs_tensor *d = &out->data[QS_DIR_ROW], *s = &out->scale[QS_DIR_ROW];
     qs_status st = nv_encode_matrix(ctx, &j, in->x, in->m, in->k, 1, d, s);
@@ -224,55 +224,100 @@ static qs_status quantize_2d(qs_ctx *ctx, const qs_quantizer *q, const qsi_input
     return st;
 }
 
-/* [REC-NV-1D-COL] [REC-NV-RHT]: the transposed tensor, Hadamard-transformed if asked, with
- * its own global amax (taken after the transform). */
-static qs_status quantize_col(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
-                              qs_quantized *out)
+/* [REC-NV-RHT]: the transform needs a BF16 x with a multiple of 16 rows. */
+static qs_status check_rht(qs_ctx *ctx, const qs_recipe_config *cfg, const qsi_input *in)
+{
+    if (!cfg->rht || !cfg->columnwise)
+        return QS_OK;
+    if (in->dtype != QS_BF16)
+        return qs_ctx_error(ctx, QS_ERR_DTYPE,
+                            "quantize: nvfp4 with rht needs a bf16 x, got %s [REC-NV-RHT]",
+                            qs_dtype_name(in->dtype));
+    if (in->m % QSI_NV_BLOCK != 0)
+        return qs_ctx_error(ctx, QS_ERR_SHAPE,
+                            "quantize: nvfp4 with rht needs x rows (%lld) to be a multiple "
+                            "of 16 [REC-NV-RHT]",
+                            (long long)in->m);
+    return QS_OK;
+}
+
+/* [REC-NV-1D-COL] [REC-NV-RHT]: *xt (malloc'd) = the transposed tensor [K, M],
+ * Hadamard-transformed if cfg asks. */
+static qs_status col_source(qs_ctx *ctx, const qs_recipe_config *cfg, const qsi_input *in,
+                            float **xt)
 {
     int64_t M = in->m, K = in->k;
-    float *xt = malloc((size_t)(M * K) * sizeof *xt);
-    if (!xt)
+    *xt = malloc((size_t)(M * K) * sizeof **xt);
+    if (!*xt)
         return qs_ctx_error(ctx, QS_ERR_NOMEM, "quantize: out of memory");
-    qsi_transpose_f32(in->x, M, K, xt);
-    if (q->cfg.rht)
+    qsi_transpose_f32(in->x, M, K, *xt);
+    if (cfg->rht)
         for (int64_t k = 0; k < K; k++)
-            qsi_rht16(xt + k * M, M, xt + k * M);
-    float amax = qsi_amax(xt, M * K, 1);
+            qsi_rht16(*xt + k * M, M, *xt + k * M);
+    return QS_OK;
+}
+
+/* [REC-NV-1D-COL]: the transposed (transformed) tensor under its own tensor amax. */
+static qs_status quantize_col(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in, float amax,
+                              qs_quantized *out)
+{
+    float *xt;
+    qs_status st = col_source(ctx, &q->cfg, in, &xt);
+    if (st != QS_OK)
+        return st;
     nv_job j = make_job(q, amax, 1);
-    qs_status st =
-        nv_encode_matrix(ctx, &j, xt, K, M, 0, &out->data[QS_DIR_COL], &out->scale[QS_DIR_COL]);
+    st = nv_encode_matrix(ctx, &j, xt, in->k, in->m, 0, &out->data[QS_DIR_COL],
+                          &out->scale[QS_DIR_COL]);
     if (st == QS_OK)
         store_global(out, QS_DIR_COL, amax, &j);
     free(xt);
     return st;
 }
 
+qs_status qsi_nvfp4_amax(qs_ctx *ctx, const qs_recipe_config *cfg, const qsi_input *in,
+                         float amax[QS_DIR_COUNT])
+{
+    qs_status st = check_rht(ctx, cfg, in);
+    if (st != QS_OK)
+        return st;
+    float whole = qsi_amax(in->x, in->m * in->k, 1);
+    amax[QS_DIR_ROW] = cfg->rowwise ? whole : 0.0f;
+    amax[QS_DIR_COL] = cfg->columnwise ? whole : 0.0f;
+    if (cfg->columnwise && !cfg->tile_2d && cfg->rht) { /* taken after the transform */
+        float *xt;
+        if ((st = col_source(ctx, cfg, in, &xt)) != QS_OK)
+            return st;
+        amax[QS_DIR_COL] = qsi_amax(xt, in->m * in->k, 1);
+        free(xt);
+    }
+    return QS_OK;
+}
+
+qs_status qsi_quantize_nvfp4_amax(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
+                                  const float amax[QS_DIR_COUNT], qs_quantized *out)
+{
+    qs_status st = check_rht(ctx, &q->cfg, in);
+    if (st != QS_OK)
+        return st;
+    if (q->cfg.tile_2d)
+        return quantize_2d(ctx, q, in, amax[q->cfg.rowwise ? QS_DIR_ROW : QS_DIR_COL], out);
+    if (q->cfg.rowwise) {
+        nv_job j = make_job(q, amax[QS_DIR_ROW], 0);
+        st = nv_encode_matrix(ctx, &j, in->x, in->m, in->k, 0, &out->data[QS_DIR_ROW],
+                              &out->scale[QS_DIR_ROW]);
+        if (st != QS_OK)
+            return st;
+        store_global(out, QS_DIR_ROW, amax[QS_DIR_ROW], &j);
+    }
+    return q->cfg.columnwise ? quantize_col(ctx, q, in, amax[QS_DIR_COL], out) : QS_OK;
+}
+
 qs_status qsi_quantize_nvfp4(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
                              qs_quantized *out)
 {
-    if (q->cfg.rht && q->cfg.columnwise) {
-        if (in->dtype != QS_BF16)
-            return qs_ctx_error(ctx, QS_ERR_DTYPE,
-                                "quantize: nvfp4 with rht needs a bf16 x, got %s [REC-NV-RHT]",
-                                qs_dtype_name(in->dtype));
-        if (in->m % QSI_NV_BLOCK != 0)
-            return qs_ctx_error(ctx, QS_ERR_SHAPE,
-                                "quantize: nvfp4 with rht needs x rows (%lld) to be a multiple "
-                                "of 16 [REC-NV-RHT]",
-                                (long long)in->m);
-    }
-    if (q->cfg.tile_2d)
-        return quantize_2d(ctx, q, in, out);
-    if (q->cfg.rowwise) {
-        float amax = qsi_amax(in->x, in->m * in->k, 1);
-        nv_job j = make_job(q, amax, 0);
-        qs_status st = nv_encode_matrix(ctx, &j, in->x, in->m, in->k, 0, &out->data[QS_DIR_ROW],
-                                        &out->scale[QS_DIR_ROW]);
-        if (st != QS_OK)
-            return st;
-        store_global(out, QS_DIR_ROW, amax, &j);
-    }
-    return q->cfg.columnwise ? quantize_col(ctx, q, in, out) : QS_OK;
+    float amax[QS_DIR_COUNT];
+    qs_status st = qsi_nvfp4_amax(ctx, &q->cfg, in, amax);
+    return st == QS_OK ? qsi_quantize_nvfp4_amax(ctx, q, in, amax, out) : st;
 }
 
 /* [REC-DEQ-NV]: per element, the variant's dequantization, back in [M,K] orientation. */

@@ -1172,17 +1172,11 @@ START_TEST(test_nvfp4_tensor_amaxes_are_reduced_as_one_vector)
         }
         if (role == 0)
             ck_assert_uint_ne(bits(whole.amax[QS_DIR_ROW]), bits(whole.amax[QS_DIR_COL]));
-        if (n > 1) {
-            qs_quantized alone[QS_DIST_MAX_RANKS];
-            qs_ctx *ctx = qs_ctx_new();
-            ck_assert_int_eq(qs_quantize(NULL, &q0, px[0], &alone[0]), QS_OK);
-            ck_assert_uint_ne(bits(alone[0].amax[QS_DIR_ROW]), bits(whole.amax[QS_DIR_ROW]));
-            qs_quantized_free(&alone[0]);
-            /* The reference cannot yet encode with a reduced amax: it says so and leaves
-             * nothing behind, the count included. */
-            ck_assert_int_eq(qs_dist_quantize(ctx, &w, &cfg, px, alone, NULL), QS_ERR_UNSUPPORTED);
-            ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 1);
-            qs_ctx_free(ctx);
+        if (n > 1) { /* non-vacuous: rank 0 alone has another amax */
+            qs_quantized alone;
+            ck_assert_int_eq(qs_quantize(NULL, &q0, px[0], &alone), QS_OK);
+            ck_assert_uint_ne(bits(alone.amax[QS_DIR_ROW]), bits(whole.amax[QS_DIR_ROW]));
+            qs_quantized_free(&alone);
         }
         /* A group of one-rank subgroups: the reduction changes nothing, so it encodes. */
         int own[QS_DIST_MAX_RANKS];
@@ -1212,6 +1206,196 @@ START_TEST(test_nvfp4_tensor_amaxes_are_reduced_as_one_vector)
 }
 END_TEST
 
+/* Code i of an NVFP4 code tensor: E2M1 two per byte (low nibble first), E4M3 one a byte. */
+static unsigned nv_code(const qs_tensor *t, int64_t i)
+{
+    const unsigned char *b = t->data;
+    if (t->dtype == QS_E2M1)
+        return i % 2 == 0 ? b[i / 2] & 0x0Fu : (unsigned)b[i / 2] >> 4;
+    ck_assert_int_eq((int)elem_bytes(t), 1);
+    return b[i];
+}
+
+/* How many codes of small differ from big's block at row r0, column c0. */
+static int64_t nv_diff(const qs_tensor *small, const qs_tensor *big, int64_t r0, int64_t c0)
+{
+    ck_assert_int_eq(small->dtype, big->dtype);
+    ck_assert(small->numel > 0 && r0 + small->shape[0] <= big->shape[0] &&
+              c0 + small->shape[1] <= big->shape[1]);
+    int64_t sc = small->shape[1], bc = big->shape[1], diff = 0;
+    for (int64_t i = 0; i < small->shape[0]; i++)
+        for (int64_t j = 0; j < sc; j++)
+            diff += nv_code(small, i * sc + j) != nv_code(big, (r0 + i) * bc + c0 + j);
+    return diff;
+}
+
+static void assert_nv_block(const qs_tensor *small, const qs_tensor *big, int64_t r0, int64_t c0,
+                            const char *what)
+{
+    int64_t d = nv_diff(small, big, r0, c0);
+    ck_assert_msg(d == 0, "%s: %lld codes differ (block at %lld, %lld)", what, (long long)d,
+                  (long long)r0, (long long)c0);
+}
+
+/* rows of a stacked on rows of b (same dtype and columns). */
+static void stack_rows(const qs_tensor *a, const qs_tensor *b, qs_tensor *out)
+{
+    int64_t shape[2] = {a->shape[0] + b->shape[0], a->shape[1]};
+    ck_assert_int_eq(qs_tensor_alloc(NULL, out, a->dtype, 2, shape), QS_OK);
+    memcpy(out->data, a->data, a->nbytes);
+    memcpy((unsigned char *)out->data + a->nbytes, b->data, b->nbytes);
+}
+
+/* Row shards of 16, 32, 16, 32, ... rows (multiples of 16, not all equal). */
+static int64_t nv_split(const qs_tensor *t, int n, qs_tensor *parts, const qs_tensor **ptrs,
+                        int64_t *off)
+{
+    int64_t rows[QS_DIST_MAX_RANKS], total = 0;
+    for (int r = 0; r < n; r++) {
+        off[r] = total;
+        rows[r] = 16 * (1 + r % 2);
+        total += rows[r];
+    }
+    if (t) {
+        ck_assert_int_eq(qs_dist_split_rows(NULL, t, n, rows, parts), QS_OK);
+        for (int r = 0; r < n; r++)
+            ptrs[r] = &parts[r];
+    }
+    return total;
+}
+
+/* [DIST-NV-AMAX] [REC-NV-GLOBAL] [DIST-BLOCK-LOCAL]: under a group every rank encodes its
+ * shard with the reduced amaxes: S_enc and S_dec of both copies are the unsharded tensor's
+ * on every rank, and, the shard boundaries being multiples of 16, the codes and block
+ * scales (RNE) are the corresponding part of the unsharded quantization. */
+START_TEST(test_nvfp4_shards_encode_with_the_unsharded_tensor_scale)
+{
+    int n = NRANKS(_i);
+    for (int role = 0; role < 2; role++) {
+        int64_t off[QS_DIST_MAX_RANKS], K = 32;
+        qs_tensor X, xs[QS_DIST_MAX_RANKS];
+        const qs_tensor *px[QS_DIST_MAX_RANKS];
+        int64_t M = nv_split(NULL, n, NULL, NULL, off);
+        make_bf16(&X, M, K, 950 + (uint64_t)role, 6);
+        nv_split(&X, n, xs, px, off);
+        qs_recipe_config cfg =
+            config(QS_RECIPE_NVFP4, role ? QS_ROLE_WEIGHT : QS_ROLE_INPUT); /* rht, or 2-D */
+        ck_assert_int_eq(cfg.sr, 0);
+        qs_quantizer q0;
+        qs_quantized whole;
+        ck_assert_int_eq(qs_quantizer_init(NULL, &q0, &cfg), QS_OK);
+        ck_assert_int_eq(qs_quantize(NULL, &q0, &X, &whole), QS_OK);
+        qs_dist_world w;
+        make_world(&w, n);
+        qs_scope_token tok[QS_DIST_MAX_RANKS];
+        enter(&w, QS_RECIPE_NVFP4, 1, tok);
+        qs_quantized out[QS_DIST_MAX_RANKS];
+        qs_dist_record rec[QS_DIST_MAX_RANKS];
+        ck_assert_int_eq(qs_dist_quantize(NULL, &w, &cfg, px, out, rec), QS_OK);
+        ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 1); /* [DIST-COUNT] */
+        for (int r = 0; r < n; r++) {
+            for (int d = 0; d < QS_DIR_COUNT; d++) {
+                ck_assert_uint_eq(bits(out[r].amax[d]), bits(whole.amax[d]));
+                ck_assert_uint_eq(bits(out[r].global_enc[d]), bits(whole.global_enc[d]));
+                ck_assert_uint_eq(bits(out[r].global_dec[d]), bits(whole.global_dec[d]));
+                ck_assert_uint_eq(bits(out[r].global_enc[d]), bits(out[0].global_enc[d]));
+                ck_assert_uint_eq(bits(out[r].global_dec[d]), bits(out[0].global_dec[d]));
+                ck_assert_uint_eq(bits(rec[r].amax[d]), bits(whole.amax[d]));
+            }
+            int64_t r0 = off[r], srow = role ? r0 / 16 : r0;
+            assert_nv_block(&out[r].data[QS_DIR_ROW], &whole.data[QS_DIR_ROW], r0, 0, "row codes");
+            assert_nv_block(&out[r].scale[QS_DIR_ROW], &whole.scale[QS_DIR_ROW], srow, 0,
+                            "row scales");
+            /* columnwise: transposed [K, M]; scales [K, M/16] or tiles [K/16, M/16] */
+            assert_nv_block(&out[r].data[QS_DIR_COL], &whole.data[QS_DIR_COL], 0, r0, "col codes");
+            assert_nv_block(&out[r].scale[QS_DIR_COL], &whole.scale[QS_DIR_COL], 0, r0 / 16,
+                            "col scales");
+            /* [DIST-REPLAY]: the recorded amaxes give the same result without a reduction. */
+            qs_quantized again;
+            ck_assert_int_eq(qs_dist_quantize_replay(NULL, &cfg, &rec[r], px[r], &again), QS_OK);
+            assert_same_quantized(&again, &out[r], "nvfp4 replay");
+            qs_quantized_free(&again);
+        }
+        ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 1);
+        if (n > 1) { /* non-vacuous: rank 0 alone has another tensor scale */
+            qs_quantized alone;
+            ck_assert_int_eq(qs_quantize(NULL, &q0, px[0], &alone), QS_OK);
+            ck_assert_uint_ne(bits(alone.global_enc[QS_DIR_ROW]),
+                              bits(out[0].global_enc[QS_DIR_ROW]));
+            ck_assert_uint_ne(bits(alone.global_dec[QS_DIR_COL]),
+                              bits(out[0].global_dec[QS_DIR_COL]));
+            qs_quantized_free(&alone);
+        }
+        for (int r = 0; r < n; r++)
+            qs_quantized_free(&out[r]);
+        leave(&w, tok);
+        qs_dist_world_free(&w);
+        qs_quantized_free(&whole);
+        qs_quantizer_free(&q0);
+        free_parts(xs, n);
+        qs_tensor_free(&X);
+    }
+}
+END_TEST
+
+/* [DIST-NV-SR] [REC-NV-SR]: with stochastic rounding the element index is shard-local:
+ * rank r's rowwise codes and scales are the first rows of the single-rank quantization of
+ * [X_r; X] (whose tensor amax is X's and whose first rows have X_r's local indices), and
+ * for a rank other than 0 not the unsharded tensor's rows. */
+START_TEST(test_nvfp4_stochastic_rounding_index_is_shard_local)
+{
+    int n = NRANKS(_i);
+    int64_t off[QS_DIST_MAX_RANKS], K = 32;
+    qs_tensor X, xs[QS_DIST_MAX_RANKS];
+    const qs_tensor *px[QS_DIST_MAX_RANKS];
+    int64_t M = nv_split(NULL, n, NULL, NULL, off);
+    make_bf16(&X, M, K, 970, 6);
+    nv_split(&X, n, xs, px, off);
+    qs_recipe_config cfg = config(QS_RECIPE_NVFP4, QS_ROLE_GRAD_OUTPUT); /* rht and sr */
+    ck_assert(cfg.sr == 1 && cfg.rht == 1 && cfg.tile_2d == 0);
+    cfg.seed = 1234;
+    cfg.offset = 5;
+    qs_quantizer q0;
+    qs_quantized whole;
+    ck_assert_int_eq(qs_quantizer_init(NULL, &q0, &cfg), QS_OK);
+    ck_assert_int_eq(qs_quantize(NULL, &q0, &X, &whole), QS_OK);
+    qs_dist_world w;
+    make_world(&w, n);
+    qs_scope_token tok[QS_DIST_MAX_RANKS];
+    enter(&w, QS_RECIPE_NVFP4, 1, tok);
+    qs_quantized out[QS_DIST_MAX_RANKS];
+    ck_assert_int_eq(qs_dist_quantize(NULL, &w, &cfg, px, out, NULL), QS_OK);
+    for (int r = 0; r < n; r++) {
+        ck_assert_uint_eq(bits(out[r].global_enc[QS_DIR_ROW]), bits(whole.global_enc[QS_DIR_ROW]));
+        qs_tensor T;
+        qs_quantized t;
+        stack_rows(px[r], &X, &T);
+        ck_assert_int_eq(qs_quantize(NULL, &q0, &T, &t), QS_OK);
+        ck_assert_uint_eq(bits(t.global_enc[QS_DIR_ROW]), bits(whole.global_enc[QS_DIR_ROW]));
+        assert_nv_block(&out[r].data[QS_DIR_ROW], &t.data[QS_DIR_ROW], 0, 0,
+                        "sr row codes, local index");
+        assert_nv_block(&out[r].scale[QS_DIR_ROW], &t.scale[QS_DIR_ROW], 0, 0, "sr row scales");
+        /* The block scales do not depend on the rounding: they are the unsharded rows. */
+        assert_nv_block(&out[r].scale[QS_DIR_ROW], &whole.scale[QS_DIR_ROW], off[r], 0,
+                        "sr row scales vs unsharded");
+        if (r == 0) /* local and global indices coincide */
+            assert_nv_block(&out[0].data[QS_DIR_ROW], &whole.data[QS_DIR_ROW], 0, 0, "rank 0");
+        else /* a global index would have given the unsharded rows */
+            ck_assert_int_gt(nv_diff(&out[r].data[QS_DIR_ROW], &whole.data[QS_DIR_ROW], off[r], 0),
+                             0);
+        qs_quantized_free(&t);
+        qs_tensor_free(&T);
+        qs_quantized_free(&out[r]);
+    }
+    leave(&w, tok);
+    qs_dist_world_free(&w);
+    qs_quantized_free(&whole);
+    qs_quantizer_free(&q0);
+    free_parts(xs, n);
+    qs_tensor_free(&X);
+}
+END_TEST
+
 static Suite *distributed_suite(void)
 {
     Suite *s = suite_create("distributed");
@@ -1235,6 +1419,8 @@ static Suite *distributed_suite(void)
     tcase_add_loop_test(tc, test_block_scales_are_local_and_match_the_unsharded_where_aligned, 0,
                         4);
     tcase_add_loop_test(tc, test_nvfp4_tensor_amaxes_are_reduced_as_one_vector, 0, 4);
+    tcase_add_loop_test(tc, test_nvfp4_shards_encode_with_the_unsharded_tensor_scale, 0, 4);
+    tcase_add_loop_test(tc, test_nvfp4_stochastic_rounding_index_is_shard_local, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }

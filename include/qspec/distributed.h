@@ -90,9 +90,9 @@ typedef struct qs_dist_record {
  * effect: current scaling reduces the amax first [DIST-CS-AMAX]; MXFP8 and block FP8 are
  * local [DIST-BLOCK-LOCAL]; NVFP4 reduces its two tensor amaxes [DIST-NV-AMAX]. rec (may be
  * NULL) gets one record per rank. Delayed scaling is QS_ERR_INVALID_ARG (quantize with each
- * rank's quantizer; the reduction is at qs_dist_delayed_update). NVFP4 under a group whose
- * reduction changes a rank's amax is QS_ERR_UNSUPPORTED: the reference has no NVFP4 encoder
- * taking a given tensor amax yet. On error no out[] is left allocated. */
+ * rank's quantizer; the reduction is at qs_dist_delayed_update). NVFP4 encodes each shard
+ * with the reduced amaxes; its stochastic-rounding index is shard-local [DIST-NV-SR]. On
+ * error no out[] is left allocated. */
 qs_status qs_dist_quantize(qs_ctx *ctx, qs_dist_world *w, const qs_recipe_config *cfg,
                            const qs_tensor *const *x, qs_quantized *out, qs_dist_record *rec);
 /* One rank's replay of a recorded quantization [DIST-REPLAY]: the recorded amax and scale,
@@ -129,7 +129,9 @@ typedef struct qs_dist_linear_record {
 /* The sharded quantized forward: on every rank r, qs_linear_forward of x[r] and wt[r] with
  * qx[r], qw[r] into y[r], xq[r], wq[r], the quantizations reduced over the group in effect
  * (current scaling: the x and w amaxes, one reduction each; delayed: the ranks' own states;
- * block recipes: local). The replicated operand must be bitwise the same on every rank.
+ * block recipes: local; NVFP4 under a group whose reduction changes a rank's tensor amax is
+ * QS_ERR_UNSUPPORTED, the linear taking no given amax yet). The replicated operand must be
+ * bitwise the same on every rank.
  * rec (may be NULL) gets one record per rank. On error nothing is left allocated and every
  * quantizer state is as before. */
 qs_status qs_dist_linear_forward(qs_ctx *ctx, qs_dist_world *w, qs_dist_parallel mode,
