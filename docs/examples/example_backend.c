@@ -392,7 +392,8 @@ static qs_status example_gemm(void *state, qs_gemm_args *g)
 #endif
     volatile float tt = ta * tb;
     float t = g->alpha * tt;
-    int shift = ea + eta + etb, neg = (g->alpha < 0) ^ (ta < 0) ^ (tb < 0);
+    /* the exponents are INT32_MIN for scales that are not powers of two: exact only */
+    int shift = exact ? ea + eta + etb : 0, neg = (g->alpha < 0) ^ (ta < 0) ^ (tb < 0);
     for (int64_t m = 0; st == QS_OK && m < g->m; m++)
         for (int64_t n = 0; n < g->n; n++) {
             const float *ar = a + m * g->k, *br = b + n * g->k;
