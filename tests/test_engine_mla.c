@@ -12,6 +12,7 @@
 #include "qspec/format.h"
 #include "qspec/program.h"
 #include "qspec/random.h"
+#include "qstensor.h"
 #include "qstest.h"
 
 /* hidden 32, 2 heads, q LoRA rank 16, kv LoRA rank 16, dn 8, dr 8, dv 8; 32 token rows
@@ -34,13 +35,6 @@ static void make(qs_tensor *t, qs_dtype dt, int64_t rows, int64_t cols, uint64_t
         else
             ((float *)t->data)[i] = v;
     }
-}
-
-static double value(const qs_tensor *t, size_t i)
-{
-    if (t->dtype == QS_FP32)
-        return ((const float *)t->data)[i];
-    return qs_bf16_to_f32(((const uint16_t *)t->data)[i]);
 }
 
 static float *values(const qs_tensor *t)
@@ -197,33 +191,6 @@ static void run_ok(qs_ctx *ctx, qs_program *p, const fixture *f, qs_program_resu
 }
 
 /* ---------------------------------------------------------------- comparisons */
-
-static void expect_bitwise(const char *what, const qs_tensor *a, const qs_tensor *b)
-{
-    ck_assert_msg(a->numel == b->numel && a->nbytes == b->nbytes && a->dtype == b->dtype,
-                  "%s: layouts differ", what);
-    const unsigned char *pa = a->data, *pb = b->data;
-    for (size_t i = 0; i < a->nbytes; i++)
-        ck_assert_msg(pa[i] == pb[i], "%s: byte %zu differs: 0x%02x vs 0x%02x (element %g vs %g)",
-                      what, i, pa[i], pb[i], value(a, i * a->numel / a->nbytes),
-                      value(b, i * b->numel / b->nbytes));
-}
-
-static double cosine(const qs_tensor *a, const qs_tensor *b)
-{
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < a->numel; i++) {
-        ab += value(a, i) * value(b, i);
-        aa += value(a, i) * value(a, i);
-        bb += value(b, i) * value(b, i);
-    }
-    return ab / sqrt(aa * bb);
-}
-
-static int differs(const qs_tensor *a, const qs_tensor *b)
-{
-    return a->nbytes != b->nbytes || memcmp(a->data, b->data, a->nbytes) != 0;
-}
 
 /* y, dx, every grads[i] and every mla parameter gradient bitwise. */
 static void expect_same_results(const qs_program_result *a, const qs_program_result *b)

@@ -10,6 +10,7 @@
 #include "qspec/format.h"
 #include "qspec/program.h"
 #include "qspec/random.h"
+#include "qstensor.h"
 #include "qstest.h"
 
 #define ROWS 32
@@ -28,46 +29,12 @@ static void make_bf16(qs_tensor *t, int64_t rows, int64_t cols, uint64_t seed, f
     }
 }
 
-static double value(const qs_tensor *t, size_t i)
-{
-    if (t->dtype == QS_FP32)
-        return ((const float *)t->data)[i];
-    return qs_bf16_to_f32(((const uint16_t *)t->data)[i]);
-}
-
 static float amax_of(const qs_tensor *t)
 {
     float m = 0.0f;
     for (size_t i = 0; i < t->numel; i++)
         m = fabsf((float)value(t, i)) > m ? fabsf((float)value(t, i)) : m;
     return m;
-}
-
-static void expect_bitwise(const char *what, const qs_tensor *a, const qs_tensor *b)
-{
-    ck_assert_msg(a->numel == b->numel && a->nbytes == b->nbytes && a->dtype == b->dtype,
-                  "%s: layouts differ", what);
-    const unsigned char *pa = a->data, *pb = b->data;
-    for (size_t i = 0; i < a->nbytes; i++)
-        ck_assert_msg(pa[i] == pb[i], "%s: byte %zu differs: 0x%02x vs 0x%02x (element %g vs %g)",
-                      what, i, pa[i], pb[i], value(a, i * a->numel / a->nbytes),
-                      value(b, i * b->numel / b->nbytes));
-}
-
-static double cosine(const qs_tensor *a, const qs_tensor *b)
-{
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < a->numel; i++) {
-        ab += value(a, i) * value(b, i);
-        aa += value(a, i) * value(a, i);
-        bb += value(b, i) * value(b, i);
-    }
-    return ab / sqrt(aa * bb);
-}
-
-static int differs(const qs_tensor *a, const qs_tensor *b)
-{
-    return memcmp(a->data, b->data, a->nbytes) != 0;
 }
 
 /* Inputs shared by every program: x, dy, four weights, GDN gates. */
