@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include "../qc_kernels.h"
+#include "bench_common.cuh"
 #include "bench_nvfp4.inc"
 
 namespace {
@@ -19,28 +20,7 @@ constexpr int kRot = 4;     /* buffer sets rotated between runs */
 constexpr int kWarm = 5;
 constexpr int kRuns = 40;
 
-#define CHECK(call)                                                                               \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
-
-/* Deterministic BF16 values of a few binades, some of each sign. */
-__global__ void fill_bf16(uint16_t *x, size_t n, uint32_t seed)
-{
-    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    uint32_t exp = 120u + (h >> 28); /* 2^-7 .. 2^8 */
-    x[i] = static_cast<uint16_t>(((h & 1u) << 15) | (exp << 7) | ((h >> 8) & 0x7Fu));
-}
+#define CHECK(call) BENCH_CHECK(call)
 
 struct buffers {
     uint16_t *x;
@@ -152,7 +132,7 @@ void alloc_set(buffers &b, int64_t n, uint32_t seed)
     CHECK(cudaMalloc(&b.rs, n / 8 + 64));
     CHECK(cudaMalloc(&b.cs, n / 8 + 64));
     CHECK(cudaMalloc(&b.amax, 4));
-    fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(b.x, static_cast<size_t>(n), seed);
+    bench_fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(b.x, static_cast<size_t>(n), seed);
     CHECK(cudaGetLastError());
 }
 
@@ -298,7 +278,7 @@ int main(int argc, char **argv)
     CHECK(cudaDeviceSynchronize());
     int verify_failures = verify_fast_paths(c);
     for (int i = 0; i < kRot; i++) /* the benchmark runs on the unplanted inputs */
-        fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(c.set[i].x, static_cast<size_t>(n),
+        bench_fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(c.set[i].x, static_cast<size_t>(n),
                                                                  0x9E3779B9u * (i + 1));
     CHECK(cudaDeviceSynchronize());
     cudaDeviceProp prop;

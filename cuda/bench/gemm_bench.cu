@@ -23,6 +23,7 @@
 #include <string.h>
 #include <vector>
 
+#include "bench_common.cuh"
 #include "qc_gemm.h"
 #include "qspec/qspec.h"
 
@@ -32,14 +33,7 @@ namespace
 constexpr int kWarm = 5;
 constexpr int kRuns = 30;
 
-#define CHECK_CUDA(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK_CUDA(call) BENCH_CHECK(call)
 
 #define CHECK_QS(call)                                                                             \
     do {                                                                                           \
@@ -61,25 +55,8 @@ __global__ void fill_e4m3(uint8_t *x, size_t n, uint32_t seed)
     size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
+    uint32_t h = bench_hash(i, seed);
     x[i] = static_cast<uint8_t>((h & 0x77u) | ((h >> 8) & 0x80u));
-}
-
-/* Deterministic BF16 values of a few binades, both signs. */
-__global__ void fill_bf16(uint16_t *x, size_t n, uint32_t seed)
-{
-    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    uint32_t exp = 120u + (h >> 28);
-    x[i] = static_cast<uint16_t>(((h & 1u) << 15) | (exp << 7) | ((h >> 8) & 0x7Fu));
 }
 
 /* The row-major y[M,N] = a[M,K] b[N,K]^T as a cuBLASLt TN plan (qc_gemm.h). */
@@ -154,8 +131,8 @@ void throughput(int64_t M, int64_t N, int64_t K, const float *d_one)
                fast ? "fast accum" : "split accum", t, flop / (t * 1e-3) / 1e12);
         qc_lt_plan_free(&p);
     }
-    fill_bf16<<<(unsigned)((na + 255) / 256), 256>>>(static_cast<uint16_t *>(a), na, 3u);
-    fill_bf16<<<(unsigned)((nb + 255) / 256), 256>>>(static_cast<uint16_t *>(b), nb, 4u);
+    bench_fill_bf16<<<(unsigned)((na + 255) / 256), 256>>>(static_cast<uint16_t *>(a), na, 3u);
+    bench_fill_bf16<<<(unsigned)((nb + 255) / 256), 256>>>(static_cast<uint16_t *>(b), nb, 4u);
     CHECK_CUDA(cudaGetLastError());
     qc_lt_plan p;
     qc_lt_desc desc = tn_desc(M, N, K, CUDA_R_16BF, CUDA_R_16BF, 0, 0, d_one);
