@@ -61,13 +61,20 @@ typedef struct vrun {
     float *before;   /* per op and quantizer: the scale before the current step */
     int *before_has; /* and whether the quantizer existed */
     int step;
+    /* one rank of a variant on several ranks [CASE-PROG-RANKS]: the context is the world's,
+     * and the rank's shards replace the program input, the output gradient and (tensor
+     * parallel) the weight */
+    int rank_ctx;
+    const qs_tensor *x_shard, *dy_shard, *w_shard;
+    int64_t red[QSKP_MAX_GROUPS]; /* reductions of the last step, per v->red_group */
 } vrun;
 
 static void vrun_free(vrun *r)
 {
     qs_program_result_free(&r->res);
     qs_program_free(r->p);
-    qs_ctx_free(r->ctx);
+    if (!r->rank_ctx)
+        qs_ctx_free(r->ctx);
     free(r->ops);
     free(r->region_of);
     free(r->before);
@@ -136,8 +143,9 @@ static qs_status build(vrun *r, const qskp_node *region, int parent, const qskp_
                 st = build(r, s, id, region_q);
             break;
         case QSKP_LINEAR:
-            st = qs_program_linear(r->ctx, r->p, parent, s->name,
-                                   qsk_input_tensor(r->c, r->inputs, s->in[0]), &id);
+            st = qs_program_linear(
+                r->ctx, r->p, parent, s->name,
+                r->w_shard ? r->w_shard : qsk_input_tensor(r->c, r->inputs, s->in[0]), &id);
             if (st == QS_OK)
                 st = add_op(r, s, region_q);
             break;
@@ -171,7 +179,9 @@ static qs_status build(vrun *r, const qskp_node *region, int parent, const qskp_
             break;
         }
         case QSKP_BACKWARD:
-            r->dy = qsk_input_tensor(r->c, r->inputs, r->v->dy[0] ? r->v->dy : s->in[0]);
+            r->dy = r->dy_shard
+                        ? r->dy_shard
+                        : qsk_input_tensor(r->c, r->inputs, r->v->dy[0] ? r->v->dy : s->in[0]);
             break;
         default:
             break;
@@ -730,8 +740,21 @@ static void check_replays(vrun *r, checker *ck)
                  (unsigned long long)res->replay_fwd_digest[i]);
 }
 
+/* [DIST-COUNT]: the reductions each rank ran in the last step, per group. */
+static void check_reductions(vrun *r, checker *ck)
+{
+    char w[96];
+    for (int g = 0; g < r->v->nreductions; g++)
+        if (r->red[g] != r->v->red_count[g])
+            fail(ck, "%s: reductions on group %d: expected %lld, the run has %lld [DIST-COUNT]",
+                 where(r, w, sizeof w), r->v->red_group[g], (long long)r->v->red_count[g],
+                 (long long)r->red[g]);
+}
+
 static void after_step(vrun *r, checker *ck)
 {
+    if (r->step == r->v->steps)
+        check_reductions(r, ck);
     const qskp_variant *v = r->v;
     check_recipes(r, ck);
     if (v->replays >= 0)
@@ -749,9 +772,10 @@ static void run_variant(vrun *r, checker *ck)
     const qskp_variant *v = r->v;
     char w[96];
     size_t nq = 0;
-    r->ctx = qs_ctx_new();
+    if (!r->rank_ctx)
+        r->ctx = qs_ctx_new();
     qs_status st = r->ctx ? qs_program_new(r->ctx, &r->p) : QS_ERR_NOMEM;
-    r->x = qsk_input_tensor(r->c, r->inputs, v->x);
+    r->x = r->x_shard ? r->x_shard : qsk_input_tensor(r->c, r->inputs, v->x);
     if (st == QS_OK)
         st = build(r, &((const qskp_program *)r->c->program)->root, QS_PROGRAM_ROOT, NULL);
     if (st == QS_OK)
@@ -771,6 +795,8 @@ static void run_variant(vrun *r, checker *ck)
     for (r->step = 1; r->step <= v->steps; r->step++) {
         int before = ck->count, bad;
         snapshot_before(r);
+        for (int g = 0; g < v->nreductions; g++)
+            r->red[g] = qs_dist_reductions(r->ctx, v->red_group[g]);
         if (r->step == err_step) {
             if (!expect_error_step(r, ck))
                 r->ok = ck->count == before;
@@ -782,6 +808,8 @@ static void run_variant(vrun *r, checker *ck)
         bad = r->step == inj_step ? inject_step(r, ck) : run_ok(r, ck);
         if (bad)
             return;
+        for (int g = 0; g < v->nreductions; g++)
+            r->red[g] = qs_dist_reductions(r->ctx, v->red_group[g]) - r->red[g];
         after_step(r, ck);
     }
     if (!err_step && r->step > v->steps) {
@@ -797,6 +825,256 @@ static void run_variant(vrun *r, checker *ck)
         r->ok = 0;
     if (!r->ok && ck->count == 0)
         fail(ck, "%s: out of memory", where(r, w, sizeof w));
+}
+
+/* ------------------------------------------------------------ variants on several ranks */
+
+/* Splits the 2-D t into n blocks of rows (cols 0) or columns (cols 1), in rank order, the
+ * first extent mod n blocks one longer [CASE-PROG-RANKS]. */
+static qs_status split2(qs_ctx *ctx, const qs_tensor *t, int n, int cols, qs_tensor *parts)
+{
+    if (!cols)
+        return qs_dist_split_rows(ctx, t, n, NULL, parts);
+    int64_t R = t->shape[0], C = t->shape[1], c0 = 0;
+    size_t es = t->nbytes / t->numel;
+    for (int r = 0; r < n; r++) {
+        int64_t w = C / n + (r < C % n ? 1 : 0), shape[2] = {R, w};
+        qs_status st = qs_tensor_alloc(ctx, &parts[r], t->dtype, 2, shape);
+        if (st != QS_OK) {
+            while (r-- > 0)
+                qs_tensor_free(&parts[r]);
+            return st;
+        }
+        for (int64_t i = 0; i < R; i++)
+            memcpy((char *)parts[r].data + (size_t)(i * w) * es,
+                   (const char *)t->data + (size_t)(i * C + c0) * es, (size_t)w * es);
+        c0 += w;
+    }
+    return QS_OK;
+}
+
+/* Joins n 2-D tensors of one dtype along rows (cols 0) or columns (cols 1). */
+static qs_status join2(qs_ctx *ctx, const qs_tensor *parts, int n, int cols, qs_tensor *out)
+{
+    int64_t R = 0, C = 0;
+    for (int r = 0; r < n; r++) {
+        if (parts[r].ndim != 2 || parts[r].dtype != parts[0].dtype ||
+            (cols ? parts[r].shape[0] != parts[0].shape[0]
+                  : parts[r].shape[1] != parts[0].shape[1]))
+            return qs_ctx_error(ctx, QS_ERR_SHAPE, "the ranks' outputs do not join");
+        R = cols ? parts[0].shape[0] : R + parts[r].shape[0];
+        C = cols ? C + parts[r].shape[1] : parts[0].shape[1];
+    }
+    int64_t shape[2] = {R, C};
+    qs_status st = qs_tensor_alloc(ctx, out, parts[0].dtype, 2, shape);
+    size_t es = parts[0].nbytes / (parts[0].numel ? parts[0].numel : 1), at = 0;
+    for (int r = 0, c0 = 0; st == QS_OK && r < n; r++) {
+        if (!cols) {
+            memcpy((char *)out->data + at, parts[r].data, parts[r].nbytes);
+            at += parts[r].nbytes;
+            continue;
+        }
+        int64_t w = parts[r].shape[1];
+        for (int64_t i = 0; i < R; i++)
+            memcpy((char *)out->data + (size_t)(i * C + c0) * es,
+                   (const char *)parts[r].data + (size_t)(i * w) * es, (size_t)w * es);
+        c0 += (int)w;
+    }
+    return st;
+}
+
+/* The group ids the regions of the program name. */
+static void program_groups(const qskp_node *region, int *ids, int *n)
+{
+    for (size_t i = 0; i < region->nbody; i++) {
+        const qskp_node *s = &region->body[i];
+        if (s->kind != QSKP_AUTOCAST && s->kind != QSKP_CALIBRATE && s->kind != QSKP_CHECKPOINT &&
+            s->kind != QSKP_ISLAND)
+            continue;
+        int seen = s->group == 0;
+        for (int k = 0; k < *n; k++)
+            seen |= ids[k] == s->group;
+        if (!seen && *n < QS_DIST_MAX_GROUPS)
+            ids[(*n)++] = s->group;
+        program_groups(s, ids, n);
+    }
+}
+
+/* The world of variant v: its groups, and the world group for every other group the
+ * program names. *all_world is whether every group is the world group. */
+static qs_status make_world(qs_ctx *ctx, const qskp_program *p, const qskp_variant *v,
+                            qs_dist_world *w, int *all_world)
+{
+    int ids[QS_DIST_MAX_GROUPS], n = 0;
+    qs_status st = qs_dist_world_init(ctx, w, v->ranks);
+    *all_world = 1;
+    for (int g = 0; st == QS_OK && g < v->ngroups; g++) {
+        st = qs_dist_world_add_group(ctx, w, v->group_id[g], v->color[g]);
+        for (int r = 1; r < v->ranks; r++)
+            *all_world &= v->color[g][r] == v->color[g][0];
+    }
+    program_groups(&p->root, ids, &n);
+    for (int k = 0; st == QS_OK && k < n; k++)
+        if (!qs_dist_world_group(w, ids[k]))
+            st = qs_dist_world_add_group(ctx, w, ids[k], NULL);
+    return st;
+}
+
+/* The output gradient input of variant v, NULL without a backward. */
+static const qs_tensor *dy_input(const vrun *r)
+{
+    const qskp_node *root = &((const qskp_program *)r->c->program)->root;
+    const qskp_node *last = &root->body[root->nbody - 1];
+    if (last->kind != QSKP_BACKWARD || !qskp_node_in(last, r->v))
+        return NULL;
+    return qsk_input_tensor(r->c, r->inputs, r->v->dy[0] ? r->v->dy : last->in[0]);
+}
+
+/* The weight of the variant's one linear op (tensor parallel). */
+static const qskp_node *first_linear(const qskp_node *region, const qskp_variant *v)
+{
+    for (size_t i = 0; i < region->nbody; i++) {
+        const qskp_node *s = &region->body[i], *f = NULL;
+        if (s->kind == QSKP_LINEAR && qskp_node_in(s, v))
+            return s;
+        if (!QSKP_IS_OP(s->kind) && s->kind != QSKP_BACKWARD && (f = first_linear(s, v)))
+            return f;
+    }
+    return NULL;
+}
+
+typedef struct ranks_job {
+    vrun *rr;
+    checker *ck;
+} ranks_job;
+
+static qs_status rank_variant(qs_ctx *ctx, int rank, void *user)
+{
+    ranks_job *j = user;
+    j->rr[rank].ctx = ctx;
+    run_variant(&j->rr[rank], &j->ck[rank]);
+    return j->rr[rank].ok ? QS_OK : QS_ERR_STATE;
+}
+
+/* The quantizer part of a state output (the RNG state, its last 16 bytes, left out: a
+ * rank's stream advances by its own shard sizes). */
+static int same_quantizers(const qs_tensor *a, const qs_tensor *b)
+{
+    return a->nbytes == b->nbytes && a->nbytes >= 16 &&
+           memcmp(a->data, b->data, a->nbytes - 16) == 0;
+}
+
+/* Gathers the ranks' runs into r [CASE-PROG-RANKS]: y joined along the sharded dimension,
+ * dx and every gradient stacked by rows in rank order, state and trace rank 0's. */
+static qs_status gather(vrun *r, vrun *rr, int n, qs_tensor *tmp)
+{
+    qs_ctx *ctx = r->ctx;
+    int cols = r->v->parallel == QS_DIST_TENSOR, nops = rr[0].nops;
+    r->nops = nops;
+    r->ops = calloc((size_t)nops + 1, sizeof *r->ops);
+    r->res.grads = calloc((size_t)nops + 1, sizeof *r->res.grads);
+    r->res.nops = nops;
+    if (!r->ops || !r->res.grads)
+        return qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    memcpy(r->ops, rr[0].ops, (size_t)nops * sizeof *r->ops);
+    for (int k = 0; k < n; k++)
+        tmp[k] = rr[k].res.y;
+    qs_status st = join2(ctx, tmp, n, cols, &r->res.y);
+    for (int k = 0; k < n && st == QS_OK && rr[0].res.dx.data; k++)
+        tmp[k] = rr[k].res.dx;
+    if (st == QS_OK && rr[0].res.dx.data)
+        st = join2(ctx, tmp, n, 0, &r->res.dx);
+    for (int op = 0; st == QS_OK && rr[0].res.grads && op < nops; op++) {
+        if (!rr[0].res.grads[op].data)
+            continue;
+        for (int k = 0; k < n; k++)
+            tmp[k] = rr[k].res.grads[op];
+        st = join2(ctx, tmp, n, 0, &r->res.grads[op]);
+    }
+    if (st == QS_OK)
+        st = qs_tensor_clone(ctx, &r->state, &rr[0].state);
+    if (st == QS_OK)
+        st = qs_tensor_clone(ctx, &r->trace, &rr[0].trace);
+    return st;
+}
+
+/* A variant on v->ranks simulated ranks [CASE-PROG-RANKS]: one run_variant per rank, all at
+ * once (qs_dist_world_run), on the rank's shards; then the ranks' results gathered into r.
+ * Every rank's own checks apply; with world groups only, every rank's quantizer state must
+ * be bitwise rank 0's [DIST-CS-EQUAL] [DIST-DS-EQUAL]. */
+static void run_ranks(vrun *r, checker *ck)
+{
+    const qskp_variant *v = r->v;
+    int n = v->ranks, all_world = 1, cols = v->parallel == QS_DIST_TENSOR;
+    qs_dist_world w;
+    vrun *rr = calloc((size_t)n, sizeof *rr);
+    checker *cks = calloc((size_t)n, sizeof *cks);
+    qs_tensor *xs = calloc((size_t)n, sizeof *xs), *dys = calloc((size_t)n, sizeof *dys);
+    qs_tensor *ws = calloc((size_t)n, sizeof *ws), *tmp = calloc((size_t)n, sizeof *tmp);
+    memset(&w, 0, sizeof w);
+    r->ctx = qs_ctx_new();
+    qs_status st = rr && cks && xs && dys && ws && tmp && r->ctx ? QS_OK : QS_ERR_NOMEM;
+    const qs_tensor *x = qsk_input_tensor(r->c, r->inputs, v->x), *dy = dy_input(r);
+    if (st == QS_OK)
+        st = make_world(r->ctx, r->c->program, v, &w, &all_world);
+    if (st == QS_OK && !cols)
+        st = split2(r->ctx, x, n, 0, xs);
+    if (st == QS_OK && dy)
+        st = split2(r->ctx, dy, n, cols, dys);
+    if (st == QS_OK && cols) {
+        const qskp_node *lin = first_linear(&((const qskp_program *)r->c->program)->root, v);
+        st = split2(r->ctx, qsk_input_tensor(r->c, r->inputs, lin->in[0]), n, 0, ws);
+    }
+    for (int k = 0; st == QS_OK && k < n; k++) {
+        rr[k].v = v;
+        rr[k].c = r->c;
+        rr[k].inputs = r->inputs;
+        rr[k].rank_ctx = 1;
+        rr[k].x_shard = cols ? NULL : &xs[k];
+        rr[k].dy_shard = dy ? &dys[k] : NULL;
+        rr[k].w_shard = cols ? &ws[k] : NULL;
+    }
+    ranks_job job = {rr, cks};
+    if (st == QS_OK)
+        qs_dist_world_run(r->ctx, &w, rank_variant, &job, NULL);
+    int ok = st == QS_OK;
+    for (int k = 0; ok && k < n; k++) {
+        if (cks[k].count) {
+            fail(ck, "rank %d: %s", k, cks[k].first);
+            ok = 0;
+        } else if (!rr[k].ok) {
+            ok = 0;
+        }
+    }
+    for (int k = 1; ok && all_world && k < n; k++)
+        if (!same_quantizers(&rr[k].state, &rr[0].state)) {
+            fail(ck,
+                 "variant '%s': rank %d's quantizer state differs from rank 0's under world "
+                 "groups [DIST-CS-EQUAL] [DIST-DS-EQUAL]",
+                 v->name, k);
+            ok = 0;
+        }
+    if (ok && (st = gather(r, rr, n, tmp)) == QS_OK)
+        r->ok = 1;
+    if (st != QS_OK)
+        fail(ck, "variant '%s' on %d ranks: %s", v->name, n,
+             r->ctx ? qs_ctx_errmsg(r->ctx) : "out of memory");
+    for (int k = 0; rr && k < n; k++) {
+        vrun_free(&rr[k]);
+        if (xs)
+            qs_tensor_free(&xs[k]);
+        if (dys)
+            qs_tensor_free(&dys[k]);
+        if (ws)
+            qs_tensor_free(&ws[k]);
+    }
+    qs_dist_world_free(&w);
+    free(rr);
+    free(cks);
+    free(xs);
+    free(dys);
+    free(ws);
+    free(tmp);
 }
 
 /* ------------------------------------------------------------ outputs */
@@ -967,7 +1245,10 @@ static qs_status program_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *in
         runs[i].v = &p->variants[i];
         runs[i].c = c;
         runs[i].inputs = inputs;
-        run_variant(&runs[i], &ck);
+        if (p->variants[i].ranks > 1)
+            run_ranks(&runs[i], &ck);
+        else
+            run_variant(&runs[i], &ck);
     }
     for (size_t i = 0; i < p->nvariants; i++)
         for (size_t k = 0; runs[i].ok && k < p->variants[i].ncmp; k++) {

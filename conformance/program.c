@@ -1224,6 +1224,69 @@ static qs_status load_cmps(ploader *L, const qsk_ynode *n, qskp_cmp_kind kind, q
     return st;
 }
 
+/* A group id as a mapping key of 'groups' or 'reductions'. */
+static qs_status group_key(ploader *L, const qsk_ynode *k, int *id)
+{
+    int64_t g;
+    qs_status st = int_at(L, k, "a group id", 1, INT32_MAX, &g);
+    *id = (int)g;
+    return st;
+}
+
+/* [CASE-PROG-RANKS]: ranks, parallel, groups and reductions. */
+static qs_status load_ranks(ploader *L, const qsk_ynode *m, qskp_variant *v)
+{
+    static const char *const par[] = {"sequence", "tensor", NULL};
+    const qsk_ynode *rk = qsk_yaml_get(m, "ranks"), *pa = qsk_yaml_get(m, "parallel"),
+                    *gr = qsk_yaml_get(m, "groups"), *rd = qsk_yaml_get(m, "reductions");
+    int64_t n = 1;
+    qs_status st = rk ? int_at(L, rk, "'ranks'", 1, QS_DIST_MAX_RANKS, &n) : QS_OK;
+    v->ranks = (int)n;
+    v->ranks_pos = rk ? pos_of(rk) : v->pos;
+    int mode = 0;
+    if (st == QS_OK && pa)
+        st = choice_at(L, pa, "parallel", par, &mode);
+    v->parallel = (qs_dist_parallel)mode;
+    if (st == QS_OK && (pa || gr) && !rk)
+        st = PERR(L, pa ? pa : gr, "'parallel' and 'groups' need 'ranks'");
+    if (st == QS_OK && gr) {
+        st = want(L, gr, QSK_Y_MAP, "'groups'");
+        if (st == QS_OK && gr->n / 2 > QSKP_MAX_GROUPS)
+            st = PERR(L, gr, "a variant defines at most %d groups", QSKP_MAX_GROUPS);
+        for (size_t i = 0; st == QS_OK && i < gr->n / 2; i++) {
+            const qsk_ynode *k = gr->items[2 * i], *c = gr->items[2 * i + 1];
+            st = group_key(L, k, &v->group_id[i]);
+            for (size_t j = 0; st == QS_OK && j < i; j++)
+                if (v->group_id[j] == v->group_id[i])
+                    st = PERR(L, k, "group %d is defined twice", v->group_id[i]);
+            if (st == QS_OK)
+                st = want(L, c, QSK_Y_SEQ, "a group's colors");
+            if (st == QS_OK && c->n != (size_t)v->ranks)
+                st = PERR(L, c, "group %d has %zu colors for %d ranks (one color per rank)",
+                          v->group_id[i], c->n, v->ranks);
+            for (size_t r = 0; st == QS_OK && r < c->n; r++) {
+                int64_t col;
+                st = int_at(L, c->items[r], "a color", 0, QS_DIST_MAX_RANKS, &col);
+                v->color[i][r] = (int)col;
+            }
+            v->ngroups++;
+        }
+    }
+    if (st == QS_OK && rd) {
+        st = want(L, rd, QSK_Y_MAP, "'reductions'");
+        if (st == QS_OK && rd->n / 2 > QSKP_MAX_GROUPS)
+            st = PERR(L, rd, "'reductions' names at most %d groups", QSKP_MAX_GROUPS);
+        for (size_t i = 0; st == QS_OK && i < rd->n / 2; i++) {
+            st = group_key(L, rd->items[2 * i], &v->red_group[i]);
+            if (st == QS_OK)
+                st = int_at(L, rd->items[2 * i + 1], "a reduction count", 0, INT32_MAX,
+                            &v->red_count[i]);
+            v->nreductions++;
+        }
+    }
+    return st;
+}
+
 static qs_status load_variant(ploader *L, const qsk_ynode *m, qskp_variant *v)
 {
     static const char *const keys[] = {"name",
@@ -1242,6 +1305,10 @@ static qs_status load_variant(ploader *L, const qsk_ynode *m, qskp_variant *v)
                                        "differs_from",
                                        "close_to",
                                        "replays",
+                                       "ranks",
+                                       "parallel",
+                                       "groups",
+                                       "reductions",
                                        NULL};
     static const char *const replays[] = {"spec", "outside_autocast", "extra_update", NULL};
     qs_status st = want(L, m, QSK_Y_MAP, "a variant");
@@ -1319,6 +1386,8 @@ static qs_status load_variant(ploader *L, const qsk_ynode *m, qskp_variant *v)
             v->nstate++;
         }
     }
+    if (st == QS_OK)
+        st = load_ranks(L, m, v);
     static const char *const ckeys[] = {"same_as", "differs_from", "close_to"};
     for (int k = 0; k < 3 && st == QS_OK; k++) {
         const qsk_ynode *cn = qsk_yaml_get(m, ckeys[k]);
@@ -1504,6 +1573,62 @@ static qs_status check_cmp_outputs(ploader *L, const qskp_variant *a, const qskp
     return QS_OK;
 }
 
+/* The op statements of variant v under region: linear ops (the first in *lin) and others. */
+static void count_ops(const qskp_node *region, const qskp_variant *v, int *nlin, int *nother,
+                      const qskp_node **lin)
+{
+    for (size_t i = 0; i < region->nbody; i++) {
+        const qskp_node *s = &region->body[i];
+        if (QSKP_IS_OP(s->kind)) {
+            if (!qskp_node_in(s, v))
+                continue;
+            if (s->kind == QSKP_LINEAR && (*nlin)++ == 0)
+                *lin = s;
+            else if (s->kind != QSKP_LINEAR)
+                (*nother)++;
+        } else if (s->kind != QSKP_BACKWARD) {
+            count_ops(s, v, nlin, nother, lin);
+        }
+    }
+}
+
+/* [CASE-PROG-RANKS]: what a variant on several ranks may hold. */
+static qs_status check_ranks(ploader *L, const qskp_variant *v, const qsk_input *x)
+{
+    if (v->ranks == 1)
+        return QS_OK;
+    if (v->inject.kind != QSKP_INJECT_NONE || v->error.set)
+        return perr_at(L, v->ranks_pos,
+                       "variant '%s': a variant on several ranks neither injects nor expects "
+                       "an error",
+                       v->name);
+    int nlin = 0, nother = 0;
+    const qskp_node *lin = NULL;
+    count_ops(&L->p->root, v, &nlin, &nother, &lin);
+    if (nother)
+        return perr_at(L, v->ranks_pos,
+                       "variant '%s': on several ranks a program holds linear ops only (gdn and "
+                       "mla ops do not shard along rows) [CASE-PROG-RANKS]",
+                       v->name);
+    if (v->parallel == QS_DIST_TENSOR && nlin != 1)
+        return perr_at(L, v->ranks_pos,
+                       "variant '%s': a tensor-parallel variant holds exactly one linear op "
+                       "(it has %d) [CASE-PROG-RANKS]",
+                       v->name, nlin);
+    if (v->parallel == QS_DIST_SEQUENCE && x->shape[0] < v->ranks)
+        return perr_at(L, v->ranks_pos,
+                       "variant '%s': %lld rows of '%s' cannot be split over %d ranks", v->name,
+                       (long long)x->shape[0], v->x, v->ranks);
+    if (v->parallel == QS_DIST_TENSOR) {
+        const qsk_input *w = input_named(L, lin->in[0]);
+        if (w->shape[0] < v->ranks)
+            return perr_at(L, v->ranks_pos,
+                           "variant '%s': %lld rows of weight '%s' cannot be split over %d ranks",
+                           v->name, (long long)w->shape[0], w->name, v->ranks);
+    }
+    return QS_OK;
+}
+
 static qs_status check_variant(ploader *L, const qskp_variant *v)
 {
     const qsk_input *x = input_named(L, v->x);
@@ -1514,7 +1639,9 @@ static qs_status check_variant(ploader *L, const qskp_variant *v)
         x->shape[1] < 1)
         return perr_at(L, x->pos, "the program input '%s' must be a 2-D bf16 or fp16 input", v->x);
     walk w = {0, 0, 0, "none", QS_DTYPE_INVALID, x->dtype, x->shape[0], x->shape[1], 0};
-    qs_status st = walk_body(L, v, &L->p->root, &w);
+    qs_status st = check_ranks(L, v, x);
+    if (st == QS_OK)
+        st = walk_body(L, v, &L->p->root, &w);
     if (st != QS_OK)
         return st;
     const qskp_node *bw = backward_of(L->p, v);
@@ -1628,6 +1755,7 @@ static qs_status load_variants(ploader *L, const qsk_ynode *n, const qskp_error 
         L->p->nvariants++;
         strcpy(v->x, "x");
         v->steps = 1;
+        v->ranks = 1;
         v->replays = -1;
         if (n) {
             st = load_variant(L, n->items[i], v);

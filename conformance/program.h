@@ -8,12 +8,14 @@
 #define QSPEC_KIT_PROGRAM_H
 
 #include "cases.h"
+#include "qspec/distributed.h"
 #include "qspec/program.h"
 
 #define QSKP_MAX_TAGS   8
 #define QSKP_MAX_CMP    16
 #define QSKP_MAX_STEPS  64
 #define QSKP_MAX_OUTSEL 16
+#define QSKP_MAX_GROUPS 8 /* groups a variant on several ranks defines [CASE-PROG-RANKS] */
 
 /* Statement kinds [CASE-PROG]. `sdpa` is a reserved name: the engine has no such op yet,
  * so the loader rejects it (see the op table in program.c). */
@@ -177,6 +179,19 @@ typedef struct qskp_variant {
     qskp_cmp cmp[QSKP_MAX_CMP];
     size_t ncmp;
     int replays; /* -1 unchecked: the number of replays of the last step [CASE-PROG-REPLAYS] */
+    /* [CASE-PROG-RANKS]: the ranks the variant runs on (1: one context, as before), how
+     * its inputs are sharded, the groups it defines (colors per rank; a group the program
+     * names and the variant does not define is the world group), and the reductions
+     * expected on every rank in the last step, per group (-1 unchecked). */
+    int ranks;
+    qs_dist_parallel parallel;
+    int ngroups;
+    int group_id[QSKP_MAX_GROUPS];
+    int color[QSKP_MAX_GROUPS][QS_DIST_MAX_RANKS];
+    int nreductions;
+    int red_group[QSKP_MAX_GROUPS];
+    int64_t red_count[QSKP_MAX_GROUPS];
+    qsk_pos ranks_pos;
 } qskp_variant;
 
 typedef struct qskp_program {

@@ -44,10 +44,28 @@ const qsi_ds_saved *qsi_ckpt_find_ds(const qsi_ckpt *ck, const qs_quantizer *q)
     return NULL;
 }
 
+qs_status qsi_ckpt_save_amax(qs_ctx *ctx, qsi_ckpt *ck, int n, const float *amax)
+{
+    if (ck->namax + n > ck->capamax) {
+        int cap = ck->capamax ? 2 * ck->capamax : 16;
+        while (cap < ck->namax + n)
+            cap *= 2;
+        float *a = realloc(ck->amax, (size_t)cap * sizeof *a);
+        if (!a)
+            return qs_ctx_error(ctx, QS_ERR_NOMEM, "checkpoint: out of memory");
+        ck->amax = a;
+        ck->capamax = cap;
+    }
+    memcpy(ck->amax + ck->namax, amax, (size_t)n * sizeof *amax);
+    ck->namax += n;
+    return QS_OK;
+}
+
 void qsi_ckpt_free(qsi_ckpt *ck)
 {
     if (!ck)
         return;
+    free(ck->amax);
     for (int i = 0; i < ck->nds; i++)
         free(ck->ds[i].history);
     free(ck->ds);

@@ -26,6 +26,10 @@ typedef struct qsi_ckpt {
     uint64_t out_digest;           /* digest of the discarded forward output */
     qsi_ds_saved *ds;
     int nds, capds;
+    /* [DIST-REPLAY]: the reduced tensor amaxes of the region's quantizations under a group,
+     * in the order they ran; a replay reads them back instead of reducing */
+    float *amax;
+    int namax, capamax;
 } qsi_ckpt;
 
 /* Records q's state unless already recorded (called before q is first used in the
@@ -33,6 +37,8 @@ typedef struct qsi_ckpt {
 qs_status qsi_ckpt_save_ds(qs_ctx *ctx, qsi_ckpt *ck, const qs_quantizer *q);
 /* The recorded state of q, NULL if q was not recorded. */
 const qsi_ds_saved *qsi_ckpt_find_ds(const qsi_ckpt *ck, const qs_quantizer *q);
+/* Appends n reduced amaxes to the record [DIST-REPLAY]. */
+qs_status qsi_ckpt_save_amax(qs_ctx *ctx, qsi_ckpt *ck, int n, const float *amax);
 /* Frees a record (and ck itself); NULL is accepted. */
 void qsi_ckpt_free(qsi_ckpt *ck);
 /* 64-bit FNV-1a over a tensor's dtype, shape and bytes. */

@@ -360,10 +360,9 @@ static qs_status load_inputs(qs_ctx *ctx, int n, const qs_tensor *const *x, qsi_
 
 /* Every rank's NVFP4 tensor amaxes [DIST-NV-AMAX] (rowwise over x, columnwise over x^T after
  * the Hadamard transform when rht, one amax for 2-D tiles, 0 for a copy cfg does not
- * produce), reduced over g (NULL: local) as one vector of 2. With
- * count 0 the reduction is computed but not counted (a check before committing). */
+ * produce), reduced over g (NULL: local) as one vector of 2, one counted reduction. */
 static qs_status nvfp4_amaxes(qs_ctx *ctx, qs_dist_group *g, const qs_recipe_config *cfg, int n,
-                              const qsi_input *in, float *local, float *reduced, int count)
+                              const qsi_input *in, float *local, float *reduced)
 {
     float *p[QS_DIST_MAX_RANKS] = {0};
     for (int r = 0; r < n; r++) {
@@ -374,30 +373,7 @@ static qs_status nvfp4_amaxes(qs_ctx *ctx, qs_dist_group *g, const qs_recipe_con
         reduced[2 * r + 1] = local[2 * r + 1];
         p[r] = &reduced[2 * r];
     }
-    if (!g)
-        return QS_OK;
-    if (count)
-        return qs_dist_allreduce_amax(ctx, g, 2, p);
-    reduce_values(g, 2, p);
-    return QS_OK;
-}
-
-/* Whether rank r's reduced NVFP4 amaxes are its local ones, so that the single-rank
- * encoder gives the group result. */
-static int nvfp4_local_is_group(const float *local, const float *reduced, int n)
-{
-    for (int i = 0; i < 2 * n; i++)
-        if (qs_f32_bits(local[i]) != qs_f32_bits(reduced[i]))
-            return 0;
-    return 1;
-}
-
-static qs_status nvfp4_unsupported(qs_ctx *ctx)
-{
-    return qs_ctx_error(ctx, QS_ERR_UNSUPPORTED,
-                        "nvfp4 linear under a group whose reduction changes a rank's tensor "
-                        "amax: the reference's linear takes no given tensor amax yet "
-                        "[DIST-NV-AMAX]");
+    return g ? qs_dist_allreduce_amax(ctx, g, 2, p) : QS_OK;
 }
 
 /* [DIST-NV-AMAX] [DIST-NV-SR]: in quantized under cfg with the tensor amaxes given (the
@@ -464,7 +440,7 @@ static qs_status quantize_nvfp4(qs_ctx *ctx, qs_dist_group *g, const qs_recipe_c
                                 const qsi_input *in, qs_quantized *out)
 {
     float local[2 * QS_DIST_MAX_RANKS], reduced[2 * QS_DIST_MAX_RANKS];
-    qs_status s = nvfp4_amaxes(ctx, g, cfg, n, in, local, reduced, 1); /* [DIST-COUNT] */
+    qs_status s = nvfp4_amaxes(ctx, g, cfg, n, in, local, reduced); /* [DIST-COUNT] */
     for (int r = 0; r < n && s == QS_OK; r++) {
         if ((s = encode_nvfp4(ctx, cfg, &in[r], &reduced[2 * r], &out[r])) != QS_OK) {
             while (r-- > 0)
@@ -554,7 +530,7 @@ qs_status qs_dist_nvfp4_amax(qs_ctx *ctx, qs_dist_world *w, const qs_recipe_conf
     if ((s = load_inputs(ctx, w->nranks, x, in)) != QS_OK)
         return s;
     float local[2 * QS_DIST_MAX_RANKS];
-    s = nvfp4_amaxes(ctx, g, cfg, w->nranks, in, local, amax, 1);
+    s = nvfp4_amaxes(ctx, g, cfg, w->nranks, in, local, amax);
     free_inputs(in, w->nranks);
     return s;
 }
@@ -737,28 +713,29 @@ static qs_status reduced_amax(qs_ctx *ctx, qs_dist_group *g, int n, const qs_ten
     return qs_dist_allreduce_amax(ctx, g, 1, p);
 }
 
-/* NVFP4 under a group: the x and w amaxes reduced (counted only when count), and whether
- * every rank's local amaxes already are the group's. */
-static qs_status linear_nvfp4_check(qs_ctx *ctx, qs_dist_group *g, int n, qs_quantizer *const *qx,
-                                    qs_quantizer *const *qw, const qs_tensor *const *x,
-                                    const qs_tensor *const *wt, int count)
+/* [DIST-NV-AMAX] for a linear: every rank's NVFP4 tensor amaxes of t[r] under cfg, reduced
+ * over g as one vector of 2 (one counted reduction) into amax[2r], amax[2r+1]. */
+static qs_status nvfp4_reduced(qs_ctx *ctx, qs_dist_group *g, int n, const qs_recipe_config *cfg,
+                               const qs_tensor *const *t, float *amax)
 {
-    float local[2 * QS_DIST_MAX_RANKS], reduced[2 * QS_DIST_MAX_RANKS];
+    float local[2 * QS_DIST_MAX_RANKS];
     qsi_input in[QS_DIST_MAX_RANKS];
-    for (int which = 0; which < 2; which++) {
-        const qs_tensor *const *t = which == 0 ? x : wt;
-        const qs_recipe_config *cfg = which == 0 ? &qx[0]->cfg : &qw[0]->cfg;
-        qs_status s = load_inputs(ctx, n, t, in);
-        if (s != QS_OK)
-            return s;
-        s = nvfp4_amaxes(ctx, g, cfg, n, in, local, reduced, count);
-        free_inputs(in, n);
-        if (s != QS_OK)
-            return s;
-        if (!count && !nvfp4_local_is_group(local, reduced, n))
-            return nvfp4_unsupported(ctx);
-    }
-    return QS_OK;
+    qs_status s = load_inputs(ctx, n, t, in);
+    if (s != QS_OK)
+        return s;
+    s = nvfp4_amaxes(ctx, g, cfg, n, in, local, amax);
+    free_inputs(in, n);
+    return s;
+}
+
+/* A local copy of q that quantizes with the given tensor amaxes [DIST-GIVEN-AMAX]. */
+static qs_quantizer with_amax(const qs_quantizer *q, const float *amax)
+{
+    qs_quantizer l = *q;
+    l.amax_given = 1;
+    l.given_amax[QS_DIR_ROW] = amax[0];
+    l.given_amax[QS_DIR_COL] = amax[1];
+    return l;
 }
 
 static void free_linear_outputs(int n, qs_tensor *y, qs_quantized *xq, qs_quantized *wq)
@@ -771,12 +748,13 @@ static void free_linear_outputs(int n, qs_tensor *y, qs_quantized *xq, qs_quanti
 }
 
 /* The ranks' forwards once the scales are settled: current scaling under a group with the
- * reduced amaxes ax, aw; every other case with the ranks' own quantizers. */
+ * reduced amaxes ax, aw; NVFP4 under a group with the reduced pairs nx, nw; every other
+ * case with the ranks' own quantizers. */
 static qs_status linear_ranks(qs_ctx *ctx, int n, const qs_linear_options *opt, int reduced,
                               qs_quantizer *const *qx, qs_quantizer *const *qw,
                               const qs_tensor *const *x, const qs_tensor *const *wt,
-                              const float *ax, const float *aw, qs_tensor *y, qs_quantized *xq,
-                              qs_quantized *wq)
+                              const float *ax, const float *aw, const float *nx, const float *nw,
+                              qs_tensor *y, qs_quantized *xq, qs_quantized *wq)
 {
     for (int r = 0; r < n; r++) {
         qs_status s;
@@ -788,6 +766,9 @@ static qs_status linear_ranks(qs_ctx *ctx, int n, const qs_linear_options *opt, 
                                           cw->pow2, FLT_MAX);
             s = linear_fixed(ctx, opt, cx, sx, ax[r], cw, sw, aw[r], x[r], wt[r], &y[r], &xq[r],
                              &wq[r]);
+        } else if (nx) {
+            qs_quantizer lx = with_amax(qx[r], &nx[2 * r]), lw = with_amax(qw[r], &nw[2 * r]);
+            s = qs_linear_forward(ctx, opt, &lx, &lw, x[r], wt[r], &y[r], &xq[r], &wq[r]);
         } else {
             s = qs_linear_forward(ctx, opt, qx[r], qw[r], x[r], wt[r], &y[r], &xq[r], &wq[r]);
         }
@@ -820,10 +801,8 @@ qs_status qs_dist_linear_forward(qs_ctx *ctx, qs_dist_world *w, qs_dist_parallel
     qs_recipe_kind kind = qx[0]->cfg.kind;
     float ax[QS_DIST_MAX_RANKS] = {0}, aw[QS_DIST_MAX_RANKS] = {0};
     float slot[2 * QS_DIST_MAX_RANKS] = {0};
-    int reduced = g && kind == QS_RECIPE_CURRENT;
-    if (g && kind == QS_RECIPE_NVFP4 &&
-        (s = linear_nvfp4_check(ctx, g, n, qx, qw, x, wt, 0)) != QS_OK)
-        return s;
+    float nx[2 * QS_DIST_MAX_RANKS] = {0}, nw[2 * QS_DIST_MAX_RANKS] = {0};
+    int reduced = g && kind == QS_RECIPE_CURRENT, given = g && kind == QS_RECIPE_NVFP4;
     for (int r = 0; r < n && kind == QS_RECIPE_DELAYED; r++) { /* restored on error */
         slot[2 * r] = qx[r]->ds.history ? qx[r]->ds.history[0] : 0.0f;
         slot[2 * r + 1] = qw[r]->ds.history ? qw[r]->ds.history[0] : 0.0f;
@@ -831,10 +810,13 @@ qs_status qs_dist_linear_forward(qs_ctx *ctx, qs_dist_world *w, qs_dist_parallel
     int64_t count0 = g ? g->reductions : 0;
     if (reduced && (s = reduced_amax(ctx, g, n, x, ax)) == QS_OK) /* [DIST-CS-AMAX] */
         s = reduced_amax(ctx, g, n, wt, aw);
-    if (s == QS_OK && g && kind == QS_RECIPE_NVFP4) /* [DIST-NV-AMAX]: counted [DIST-COUNT] */
-        s = linear_nvfp4_check(ctx, g, n, qx, qw, x, wt, 1);
+    if (s == QS_OK && given) /* [DIST-NV-AMAX]: one reduction each [DIST-COUNT] */
+        s = nvfp4_reduced(ctx, g, n, &qx[0]->cfg, x, nx);
+    if (s == QS_OK && given)
+        s = nvfp4_reduced(ctx, g, n, &qw[0]->cfg, wt, nw);
     if (s == QS_OK)
-        s = linear_ranks(ctx, n, opt, reduced, qx, qw, x, wt, ax, aw, y, xq, wq);
+        s = linear_ranks(ctx, n, opt, reduced, qx, qw, x, wt, ax, aw, given ? nx : NULL,
+                         given ? nw : NULL, y, xq, wq);
     if (s != QS_OK) {
         if (g)
             g->reductions = count0;
@@ -871,20 +853,94 @@ qs_status qs_dist_linear_replay(qs_ctx *ctx, const qs_linear_options *opt, const
     qs_status s = qs_quantizer_init(ctx, &lx, &qx->cfg);
     if (s == QS_OK)
         s = qs_quantizer_init(ctx, &lw, &qw->cfg);
+    if (s == QS_OK && qx->cfg.kind == QS_RECIPE_NVFP4) { /* the recorded tensor amaxes */
+        lx.amax_given = lw.amax_given = 1;
+        for (int d = 0; d < QS_DIR_COUNT; d++) {
+            lx.given_amax[d] = rec->x.amax[d];
+            lw.given_amax[d] = rec->w.amax[d];
+        }
+    }
     if (s == QS_OK)
         s = qs_linear_forward(ctx, opt, &lx, &lw, x, wt, y, xq, wq);
     qs_quantizer_free(&lx);
     qs_quantizer_free(&lw);
-    if (s == QS_OK && qx->cfg.kind == QS_RECIPE_NVFP4) {
-        for (int d = 0; d < QS_DIR_COUNT; d++) {
-            if (qs_f32_bits(xq->amax[d]) != qs_f32_bits(rec->x.amax[d]) ||
-                qs_f32_bits(wq->amax[d]) != qs_f32_bits(rec->w.amax[d])) {
-                qs_tensor_free(y);
-                qs_quantized_free(xq);
-                qs_quantized_free(wq);
-                return nvfp4_unsupported(ctx);
-            }
-        }
+    return s;
+}
+
+/* ------------------------------------------------------------ ranks as contexts [DIST-HOOK] */
+
+qs_status qs_ctx_set_allreduce(qs_ctx *ctx, qs_dist_allreduce_fn fn, void *user)
+{
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    ctx->allreduce = fn;
+    ctx->allreduce_user = fn ? user : NULL;
+    return QS_OK;
+}
+
+/* The counter of group on ctx, created on first use; NULL when the table is full. */
+static int64_t *group_counter(qs_ctx *ctx, int group)
+{
+    for (int i = 0; i < ctx->ncounts; i++)
+        if (ctx->counts[i].group == group)
+            return &ctx->counts[i].n;
+    if (ctx->ncounts == QSI_MAX_COUNTED_GROUPS)
+        return NULL;
+    ctx->counts[ctx->ncounts].group = group;
+    ctx->counts[ctx->ncounts].n = 0;
+    return &ctx->counts[ctx->ncounts++].n;
+}
+
+qs_status qs_dist_reduce(qs_ctx *ctx, int group, int64_t n, float *amax)
+{
+    if (!ctx || n < 1 || !amax || group < 0)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "dist_reduce: bad argument");
+    if (group == 0)
+        return QS_OK;
+    for (int64_t i = 0; i < n; i++)
+        if (!is_amax(amax[i]))
+            return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                                "dist_reduce: value %lld is %g (0x%08X), not an amax (negative) "
+                                "[DIST-REDUCE-MAX]",
+                                (long long)i, (double)amax[i], (unsigned)qs_f32_bits(amax[i]));
+    int64_t *count = group_counter(ctx, group);
+    if (!count)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                            "dist_reduce: more than %d groups on one rank [DIST-GROUP]",
+                            QSI_MAX_COUNTED_GROUPS);
+    if (ctx->allreduce) {
+        qs_status s = ctx->allreduce(ctx->allreduce_user, ctx, group, n, amax);
+        if (s != QS_OK)
+            return s;
     }
+    ++*count; /* [DIST-COUNT] */
+    return QS_OK;
+}
+
+int64_t qs_dist_reductions(const qs_ctx *ctx, int group)
+{
+    int64_t n = 0;
+    for (int i = 0; ctx && i < ctx->ncounts; i++)
+        if (group == 0 || ctx->counts[i].group == group)
+            n += ctx->counts[i].n;
+    return n;
+}
+
+qs_status qs_dist_tensor_amax(qs_ctx *ctx, const qs_recipe_config *cfg, const qs_tensor *x,
+                              float amax[QS_DIR_COUNT])
+{
+    if (!cfg || !amax || (cfg->kind != QS_RECIPE_CURRENT && cfg->kind != QS_RECIPE_NVFP4))
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                            "dist_tensor_amax: only current scaling and nvfp4 have tensor "
+                            "amaxes to reduce");
+    qsi_input in;
+    qs_status s = qsi_input_load(ctx, x, &in);
+    if (s != QS_OK)
+        return s;
+    if (cfg->kind == QS_RECIPE_CURRENT) /* [REC-CS-AMAX] */
+        amax[QS_DIR_ROW] = amax[QS_DIR_COL] = qsi_amax(in.x, in.m * in.k, 1);
+    else
+        s = qsi_nvfp4_amax(ctx, cfg, &in, amax);
+    qsi_input_free(&in);
     return s;
 }

@@ -14,6 +14,7 @@
 #include "mla_internal.h"
 #include "recipe_internal.h"
 #include "qspec/attention.h"
+#include "qspec/distributed.h"
 #include "qspec/format.h"
 #include "qspec/linear.h"
 #include "qspec/program.h"
@@ -518,6 +519,7 @@ typedef struct qsi_entry {
     int node;
     qs_precision prec;
     qs_recipe_kind kind;
+    int group;           /* the group in effect at the forward: its backward reduces over it */
     qs_tensor x;         /* saved input: high-precision or calibrating linear, gdn */
     qs_quantized xq, wq; /* saved copies: quantized linear */
     qsi_ckpt *ck;        /* a checkpointed region */
@@ -580,6 +582,8 @@ typedef struct qsi_run {
     int *fwd_quant;         /* per node: executed quantized in forward */
     int *fwd_kind;          /* per node: the recipe kind of that execution */
     int *first_of;          /* per node: consumed the first-module flag */
+    int *fwd_group;         /* per node: the group in effect at that execution [DIST-DS-KEY] */
+    int amax_at;            /* the next recorded amax a replay reads [DIST-REPLAY] */
 } qsi_run;
 
 static qs_status exec_children(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape);
@@ -639,19 +643,81 @@ static int is_inside(const qs_program *p, int i, int anc)
     return anc == 0;
 }
 
+/* Whether node i's delayed quantizers take part in the update of ds_update below. */
+static int ds_updates(const qsi_run *run, int i, int step, int only_in)
+{
+    const qsi_node *n = &run->p->nodes[i];
+    if (!is_linear(n->kind) || !run->fwd_quant[i] || (only_in < 0 && run->step_of[i] != step) ||
+        run->fwd_kind[i] != QS_RECIPE_DELAYED)
+        return 0;
+    return only_in < 0 || is_inside(run->p, i, only_in);
+}
+
+/* The key of node i's delayed quantizers [DIST-DS-KEY]: the recipe digest and the group. */
+static uint64_t ds_key_digest(const qsi_node *n)
+{
+    const qs_quantizer *q = n->q[QS_RECIPE_DELAYED];
+    qs_scope_recipe r = {QS_RECIPE_DELAYED, {q[0].cfg, q[1].cfg, q[2].cfg}};
+    return qs_scope_recipe_digest(&r);
+}
+
+/* [DIST-DS-UPDATE]: before any roll, for each key (in the order of its first linear), the
+ * history[0] slots of its quantizers (x then w of each linear in node order; dy in
+ * backward) reduced over the key's group as one vector and written back. */
+static qs_status ds_reduce(qsi_run *run, int step, int backward, int only_in)
+{
+    int np = run->p->n, nq = backward ? 1 : 2;
+    char *done = calloc((size_t)np + 1, 1);
+    float *vec = malloc(((size_t)np * 2 + 1) * sizeof(float));
+    qs_status s =
+        done && vec ? QS_OK : qs_ctx_error(run->ctx, QS_ERR_NOMEM, "update: out of memory");
+    for (int i = 0; s == QS_OK && i < np; i++) {
+        if (done[i] || !ds_updates(run, i, step, only_in) || run->fwd_group[i] == 0)
+            continue;
+        uint64_t key = ds_key_digest(&run->p->nodes[i]);
+        int group = run->fwd_group[i], n = 0;
+        for (int j = i; j < np; j++) {
+            if (done[j] || !ds_updates(run, j, step, only_in) || run->fwd_group[j] != group ||
+                ds_key_digest(&run->p->nodes[j]) != key)
+                continue;
+            done[j] = 1;
+            qs_quantizer *q = run->p->nodes[j].q[QS_RECIPE_DELAYED];
+            for (int t = 0; t < nq; t++)
+                vec[n++] = q[backward ? QS_SCOPE_DY
+                             : t == 0 ? QS_SCOPE_X
+                                      : QS_SCOPE_W]
+                               .ds.history[0];
+        }
+        s = qs_dist_reduce(run->ctx, group, n, vec);
+        for (int j = i, at = 0; s == QS_OK && j < np; j++) {
+            if (!ds_updates(run, j, step, only_in) || run->fwd_group[j] != group ||
+                ds_key_digest(&run->p->nodes[j]) != key)
+                continue;
+            qs_quantizer *q = run->p->nodes[j].q[QS_RECIPE_DELAYED];
+            for (int t = 0; t < nq; t++)
+                q[backward ? QS_SCOPE_DY
+                  : t == 0 ? QS_SCOPE_X
+                           : QS_SCOPE_W]
+                    .ds.history[0] = vec[at++];
+        }
+    }
+    free(done);
+    free(vec);
+    return s;
+}
+
 /* [SCOPE-DS-UPDATE-FWD] (roles x, w) and [SCOPE-DS-UPDATE-BWD] (role dy): updates the
  * delayed quantizers of every linear that ran quantized in outermost region step; with
  * only_in >= 0, instead those inside node only_in (the replay defect variant). */
 static qs_status ds_update(qsi_run *run, int step, int backward, int only_in)
 {
+    qs_status s = ds_reduce(run, step, backward, only_in);
+    if (s != QS_OK)
+        return s;
     for (int i = 0; i < run->p->n; i++) {
-        qsi_node *n = &run->p->nodes[i];
-        if (!is_linear(n->kind) || !run->fwd_quant[i] || (only_in < 0 && run->step_of[i] != step) ||
-            run->fwd_kind[i] != QS_RECIPE_DELAYED)
+        if (!ds_updates(run, i, step, only_in))
             continue;
-        if (only_in >= 0 && !is_inside(run->p, i, only_in))
-            continue;
-        qs_status s = qsi_fault_step(run->ctx, backward ? "backward update" : "forward update");
+        s = qsi_fault_step(run->ctx, backward ? "backward update" : "forward update");
         qsi_node *m = &run->p->nodes[i];
         if (s == QS_OK && backward)
             s = qs_delayed_update(run->ctx, &m->q[QS_RECIPE_DELAYED][QS_SCOPE_DY]);
@@ -723,13 +789,54 @@ static qs_status fwd_quantizers(qsi_run *run, qsi_node *n, int k, qs_quantizer *
     return s;
 }
 
+/* [DIST-CS-AMAX] [DIST-NV-AMAX]: under a group, current scaling and NVFP4 quantize t with
+ * the tensor amaxes reduced over it, given to the local quantizer q [DIST-GIVEN-AMAX]; the
+ * reduced values are recorded when a checkpoint records, and a replay reads them back and
+ * reduces nothing [DIST-REPLAY]. *recorded says whether the values came from the record. */
+static qs_status group_amax(qsi_run *run, qs_quantizer *q, const qs_tensor *t, int group,
+                            int *recorded)
+{
+    qs_recipe_kind k = q->cfg.kind;
+    if (group == 0 || (k != QS_RECIPE_CURRENT && k != QS_RECIPE_NVFP4))
+        return QS_OK;
+    int n = k == QS_RECIPE_NVFP4 ? 2 : 1;
+    float a[QS_DIR_COUNT];
+    qs_status s = QS_OK;
+    if (run->replaying) {
+        if (run->amax_at + n > run->replay->namax)
+            return qs_ctx_error(run->ctx, QS_ERR_STATE,
+                                "replay: a quantization under group %d that the checkpoint did "
+                                "not record [DIST-REPLAY]",
+                                group);
+        memcpy(a, run->replay->amax + run->amax_at, (size_t)n * sizeof *a);
+        run->amax_at += n;
+        *recorded = 1;
+    } else {
+        s = qs_dist_tensor_amax(run->ctx, &q->cfg, t, a);
+        if (s == QS_OK)
+            s = qs_dist_reduce(run->ctx, group, n, a);
+        if (s == QS_OK && run->rec)
+            s = qsi_ckpt_save_amax(run->ctx, run->rec, n, a);
+    }
+    q->amax_given = 1;
+    q->given_amax[QS_DIR_ROW] = a[0];
+    q->given_amax[QS_DIR_COL] = a[n - 1];
+    return s;
+}
+
 static qs_status linear_quantized_fwd(qsi_run *run, qsi_node *n, const qs_tensor *x, qsi_entry *e,
                                       qs_trace_record *r, qs_tensor *y)
 {
-    int k = (int)e->kind;
+    int k = (int)e->kind, recorded = 0;
     qs_quantizer lx, lw;
     float *hx, *hw;
     qs_status s = fwd_quantizers(run, n, k, &lx, &lw, &hx, &hw, r);
+    if (s == QS_OK)
+        s = group_amax(run, &lx, x, e->group, &recorded);
+    if (s == QS_OK)
+        s = group_amax(run, &lw, &n->w, e->group, &recorded);
+    if (recorded)
+        r->scales = QS_SCALES_RECORDED;
     if (s == QS_OK) {
         qs_linear_options opt;
         qs_linear_options_default(&opt, e->kind);
@@ -783,6 +890,7 @@ static qs_status linear_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape
     if (s != QS_OK)
         return s;
     e.node = id;
+    e.group = ctx->scope.group;
     set_name(&r, n->name, "linear");
     r.phase = run->replaying ? QS_PHASE_RECOMPUTE : QS_PHASE_FORWARD;
     r.precision = e.prec;
@@ -804,6 +912,7 @@ static qs_status linear_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape
     if (s == QS_OK && !run->replaying) {
         run->fwd_quant[id] = e.prec == QS_PREC_QUANTIZED;
         run->fwd_kind[id] = (int)e.kind;
+        run->fwd_group[id] = e.group;
         run->step_of[id] = run->step;
     }
     if (s == QS_OK)
@@ -1048,7 +1157,10 @@ static qs_status linear_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
             r.scale_bits[0] = qs_f32_bits(ldy.ds.scale);
         }
         draw_rng(ctx, &ldy, grad->numel);
-        s = qs_linear_backward(ctx, &opt, &ldy, grad, &e->xq, &e->wq, &dx, &dw);
+        int recorded = 0; /* a backward is never a replay: dy's amax is reduced here */
+        s = group_amax(run, &ldy, grad, e->group, &recorded);
+        if (s == QS_OK)
+            s = qs_linear_backward(ctx, &opt, &ldy, grad, &e->xq, &e->wq, &dx, &dw);
     } else if (s == QS_OK) {
         r.has_recipe = e->prec == QS_PREC_CALIBRATING;
         r.recipe = e->kind;
@@ -1164,6 +1276,7 @@ static qs_status replay_enter(qsi_run *run, const qsi_ckpt *ck, qsi_replay *rp)
     qs_rng_set(ctx, ck->rng_seed, ck->rng_offset);
     run->replaying = 1;
     run->replay = ck;
+    run->amax_at = 0;
     return QS_OK;
 }
 
@@ -1264,6 +1377,12 @@ static qs_status mla_lin_quantized(qsi_run *run, qsi_node *n, const qsi_mla_call
 {
     qs_quantizer lx, lw;
     float *hx, *hw;
+    if (run->ctx->allreduce && run->ctx->scope.group != 0 &&
+        (sv->kind == QS_RECIPE_CURRENT || sv->kind == QS_RECIPE_NVFP4))
+        return qs_ctx_error(run->ctx, QS_ERR_UNSUPPORTED,
+                            "mla '%s': its linears do not reduce their amaxes over a group of "
+                            "several ranks yet [DIST-HOOK]",
+                            n->name);
     qs_status s = fwd_quantizers(run, n, (int)sv->kind, &lx, &lw, &hx, &hw, r);
     if (s == QS_OK) {
         draw_rng(run->ctx, &lx, (size_t)(c->rows * c->in));
@@ -1313,6 +1432,7 @@ static qs_status mla_lin_fwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *sv
     if (s == QS_OK && !run->replaying) {
         run->fwd_quant[sub] = sv->prec == QS_PREC_QUANTIZED;
         run->fwd_kind[sub] = (int)sv->kind;
+        run->fwd_group[sub] = ctx->scope.group;
         run->step_of[sub] = run->step;
     }
     return s == QS_OK ? qs_trace_append(ctx, &run->res->trace, &r) : s;
@@ -1719,11 +1839,12 @@ static qs_status run_alloc(qs_ctx *ctx, qsi_run *run, qs_program *p, qs_program_
     run->fwd_quant = calloc(n, sizeof(int));
     run->fwd_kind = calloc(n, sizeof(int));
     run->first_of = calloc(n, sizeof(int));
+    run->fwd_group = calloc(n, sizeof(int));
     res->nops = p->nops;
     res->grads = calloc((size_t)p->nops + 1, sizeof(qs_tensor));
     res->param_grads = calloc((size_t)p->nops * QS_MLA_PARAM_COUNT + 1, sizeof(qs_tensor));
-    if (!run->step_of || !run->fwd_quant || !run->fwd_kind || !run->first_of || !res->grads ||
-        !res->param_grads)
+    if (!run->step_of || !run->fwd_quant || !run->fwd_kind || !run->first_of || !run->fwd_group ||
+        !res->grads || !res->param_grads)
         return qs_ctx_error(ctx, QS_ERR_NOMEM, "program_run: out of memory");
     return QS_OK;
 }
@@ -1734,6 +1855,7 @@ static void run_free(qsi_run *run)
     free(run->fwd_quant);
     free(run->fwd_kind);
     free(run->first_of);
+    free(run->fwd_group);
 }
 
 /* Forward over the tape, then backward from dy when given. */

@@ -6,7 +6,8 @@
 #include "qspec/scope.h"
 #include "qspec/status.h"
 
-#define QSI_ERRMSG_LEN 512
+#define QSI_ERRMSG_LEN         512
+#define QSI_MAX_COUNTED_GROUPS 16
 
 /* One entered region: its token and the state it replaced (ref/scope.c). */
 typedef struct qsi_scope_frame {
@@ -24,6 +25,15 @@ struct qs_ctx {
     uint64_t next_token;
     uint64_t rng_seed, rng_offset; /* [SCOPE-RNG] */
     int64_t fault_at, fault_steps; /* [SCOPE-FAULT] */
+    /* distributed (ref/distributed.c): the amax all-reduce of a simulated rank, and the
+     * reductions counted per group id [DIST-HOOK] [DIST-COUNT] */
+    qs_status (*allreduce)(void *user, qs_ctx *ctx, int group, int64_t n, float *amax);
+    void *allreduce_user;
+    int ncounts;
+    struct {
+        int group;
+        int64_t n;
+    } counts[QSI_MAX_COUNTED_GROUPS];
 };
 
 /* Counts one internal step; QS_ERR_INJECTED (message naming where) at the injected one. */

@@ -71,7 +71,7 @@ void qsi_dequantize_tensorwise(const qs_quantized *qz, qs_direction dir, float *
 qs_status qsi_quantize_current(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
                                qs_quantized *out)
 {
-    float amax = qsi_amax(in->x, in->m * in->k, 1);
+    float amax = q->amax_given ? q->given_amax[QS_DIR_ROW] : qsi_amax(in->x, in->m * in->k, 1);
     float scale =
         qs_scale_from_amax(amax, qsi_elem_max(out->elem), q->cfg.eps, q->cfg.pow2, FLT_MAX);
     float scale_inv = 1.0f / scale;

@@ -316,6 +316,8 @@ qs_status qsi_quantize_nvfp4(qs_ctx *ctx, const qs_quantizer *q, const qsi_input
                              qs_quantized *out)
 {
     float amax[QS_DIR_COUNT];
+    if (q->amax_given) /* [DIST-GIVEN-AMAX] */
+        return qsi_quantize_nvfp4_amax(ctx, q, in, q->given_amax, out);
     qs_status st = qsi_nvfp4_amax(ctx, &q->cfg, in, amax);
     return st == QS_OK ? qsi_quantize_nvfp4_amax(ctx, q, in, amax, out) : st;
 }

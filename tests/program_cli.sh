@@ -7,7 +7,7 @@ set -e
 . "${QS_SRCDIR:-.}/tests/lib.sh"
 SUITE="$QS_SRCDIR/conformance/cases"
 EXAMPLE="$QS_BUILDDIR/tests/.libs/libqspec-example.so"
-FILES="scenarios-island.yaml scenarios-nesting.yaml scenarios-delayed.yaml scenarios-mla.yaml"
+FILES="scenarios-island.yaml scenarios-nesting.yaml scenarios-delayed.yaml scenarios-mla.yaml scenarios-distributed.yaml"
 
 # [CASE-PROG] [CASE-PROG-RUN] [CASE-RUN] every scenario case passes on the reference
 for f in $FILES; do
@@ -54,6 +54,21 @@ expect_out "only the cases with the false claim fail" "^[0-9]+ passed, 5 failed,
 sed 's/^        replays: 1$/        replays: 2/' "$SUITE/scenarios-mla.yaml" >"$QST_TMP/replays.yaml"
 expect_status "a false replay count fails" 1 "$QSPEC" run --quiet "$QST_TMP/replays.yaml"
 expect_out "the failure names the variant and the counts" "^FAIL mla\.absorbed\.delayed\.sbhd\.combined seed=[0-9]+ .*variant 'rc' step 1: replays: expected 2, the run has 1"
+# [CASE-PROG-RANKS] [DIST-COUNT] a false reduction count fails the case on a rank
+awk '/^        reductions: \{1: 3, 2: 3\}$/ && ++n == 2 {sub(/2: 3\}/, "2: 4}")} {print}' \
+    "$SUITE/scenarios-distributed.yaml" >"$QST_TMP/red.yaml"
+expect_status "a false reduction count fails" 1 "$QSPEC" run --quiet "$QST_TMP/red.yaml"
+expect_out "the failure names the rank, the group and the counts" "^FAIL dist\.nested\.pairs seed=[0-9]+ .*rank 0: variant 'world' step 1: reductions on group 2: expected 4, the run has 3 \[DIST-COUNT\]"
+# [CASE-PROG-RANKS] what a variant on several ranks may not hold is a load error
+sed 's/^        groups: {1: \[0, 1, 2, 3\]}$/        groups: {1: [0, 1]}/' "$SUITE/scenarios-distributed.yaml" >"$QST_TMP/colors.yaml"
+expect_usage "a group with a color count other than the ranks" "$QSPEC" list "$QST_TMP/colors.yaml"
+expect_err "it says how many colors" "colors.yaml:[0-9]+:[0-9]+: group 1 has 2 colors for 4 ranks \(one color per rank\)$"
+sed '0,/^        ranks: 2$/s//        ranks: 2\n        parallel: tensor/' "$SUITE/scenarios-distributed.yaml" >"$QST_TMP/tp2.yaml"
+expect_usage "a tensor-parallel variant with two linears" "$QSPEC" list "$QST_TMP/tp2.yaml"
+expect_err "it names the variant and the count" "tp2.yaml:[0-9]+:[0-9]+: variant 'r2': a tensor-parallel variant holds exactly one linear op \(it has 2\)"
+sed 's/^      - name: island$/      - name: island\n        ranks: 2/' "$SUITE/scenarios-island.yaml" >"$QST_TMP/gdnranks.yaml"
+expect_usage "a gdn op on several ranks" "$QSPEC" list "$QST_TMP/gdnranks.yaml"
+expect_err "it says why" "gdnranks.yaml:[0-9]+:[0-9]+: variant 'island': on several ranks a program holds linear ops only"
 # [CASE-PROG-OP] [RCP-MLA-OP] a weight of another shape is a load error at the weight
 sed 's/w_uq: w_uq/w_uq: w_dq/' "$SUITE/scenarios-mla.yaml" >"$QST_TMP/mlashape.yaml"
 line=$(grep -n 'w_uq: w_dq' "$QST_TMP/mlashape.yaml" | head -n 1 | cut -d: -f1)
@@ -66,7 +81,7 @@ if [ -f "$EXAMPLE" ]; then
     for f in $FILES; do total=$((total + $(grep -c '^  - id: ' "$SUITE/$f"))); done
     expect_status "program cases on the example plugin" 0 "$QSPEC" run --quiet --backend "$EXAMPLE" \
         "$SUITE/scenarios-island.yaml" "$SUITE/scenarios-nesting.yaml" "$SUITE/scenarios-delayed.yaml" \
-        "$SUITE/scenarios-mla.yaml"
+        "$SUITE/scenarios-mla.yaml" "$SUITE/scenarios-distributed.yaml"
     expect_out "every one is not supported" "^0 passed, 0 failed, $total skipped$"
 fi
 qst_done

@@ -129,8 +129,8 @@ typedef struct qs_dist_linear_record {
 /* The sharded quantized forward: on every rank r, qs_linear_forward of x[r] and wt[r] with
  * qx[r], qw[r] into y[r], xq[r], wq[r], the quantizations reduced over the group in effect
  * (current scaling: the x and w amaxes, one reduction each; delayed: the ranks' own states;
- * block recipes: local; NVFP4 under a group whose reduction changes a rank's tensor amax is
- * QS_ERR_UNSUPPORTED, the linear taking no given amax yet). The replicated operand must be
+ * block recipes: local; NVFP4: the x and w tensor amaxes, one reduction each). The
+ * replicated operand must be
  * bitwise the same on every rank.
  * rec (may be NULL) gets one record per rank. On error nothing is left allocated and every
  * quantizer state is as before. */
@@ -145,6 +145,43 @@ qs_status qs_dist_linear_replay(qs_ctx *ctx, const qs_linear_options *opt, const
                                 const qs_quantizer *qw, const qs_dist_linear_record *rec,
                                 const qs_tensor *x, const qs_tensor *wt, qs_tensor *y,
                                 qs_quantized *xq, qs_quantized *wq);
+
+/* ------------------------------------------------------------ ranks as contexts
+ * [DIST-HOOK]: the program engine (include/qspec/program.h) runs one rank per context and
+ * reduces through the context's all-reduce, so that any program runs on N ranks. */
+
+/* The all-reduce a context calls [DIST-REDUCE-MAX]: amax[0..n) of this rank, replaced by
+ * the maximum over the ranks of its subgroup of group (an id >= 1). An error (a rank that
+ * left, ranks that disagree on group or n) fails the calling rank's operation. */
+typedef qs_status (*qs_dist_allreduce_fn)(void *user, qs_ctx *ctx, int group, int64_t n,
+                                          float *amax);
+/* Sets (fn NULL: clears) the all-reduce of ctx. A context without one is a world of one
+ * rank: every reduction returns its own values. */
+qs_status qs_ctx_set_allreduce(qs_ctx *ctx, qs_dist_allreduce_fn fn, void *user);
+/* The reduction of a quantization or update on ctx [DIST-HOOK]: group 0 reduces nothing
+ * and counts nothing; otherwise the values are checked ([DIST-REDUCE-MAX]: QS_ERR_INVALID_ARG
+ * for a negative non-NaN), reduced through ctx's all-reduce and counted on the group. */
+qs_status qs_dist_reduce(qs_ctx *ctx, int group, int64_t n, float *amax);
+/* The reductions ctx has counted on group (0: on every group) [DIST-COUNT]. */
+int64_t qs_dist_reductions(const qs_ctx *ctx, int group);
+/* The tensor amaxes the recipe of cfg measures on x [DIST-CS-AMAX] [DIST-NV-AMAX]: current
+ * scaling's amax in both entries; NVFP4's rowwise and columnwise (post-Hadamard) amaxes.
+ * QS_ERR_INVALID_ARG for any other recipe. */
+qs_status qs_dist_tensor_amax(qs_ctx *ctx, const qs_recipe_config *cfg, const qs_tensor *x,
+                              float amax[QS_DIR_COUNT]);
+
+/* What a rank runs in qs_dist_world_run: its own context and index. */
+typedef qs_status (*qs_dist_rank_fn)(qs_ctx *rank_ctx, int rank, void *user);
+/* Runs fn on every rank of w at once, one thread per rank [DIST-RANKS], each rank's context
+ * reducing through the world's groups ([DIST-GROUP]; a group id the world does not define
+ * is QS_ERR_INVALID_ARG on the ranks that name it). A reduction that cannot complete — a
+ * rank has returned, or every rank still running waits on a reduction the others are not
+ * in ([DIST-SPMD]) — fails with QS_ERR_STATE on each rank waiting. status[r] (may be NULL)
+ * gets rank r's result; the call returns QS_OK when every rank returned QS_OK, else the
+ * lowest failing rank's status with its message ("rank R: ..."). Afterwards the rank
+ * contexts' all-reduce is cleared. */
+qs_status qs_dist_world_run(qs_ctx *ctx, qs_dist_world *w, qs_dist_rank_fn fn, void *user,
+                            qs_status *status);
 
 #ifdef __cplusplus
 }

@@ -117,6 +117,12 @@ typedef struct qs_delayed_state {
 typedef struct qs_quantizer {
     qs_recipe_config cfg;
     qs_delayed_state ds; /* used by QS_RECIPE_DELAYED only */
+    /* Given tensor amaxes (spec/distributed.md [DIST-GIVEN-AMAX]): when amax_given is
+     * nonzero, current scaling uses given_amax[QS_DIR_ROW] and NVFP4 uses given_amax[d] for
+     * copy d in place of the amaxes they would measure (the reduced amaxes of a group, or
+     * those a replay recorded). Other recipes ignore them. qs_quantizer_init clears them. */
+    int amax_given;
+    float given_amax[QS_DIR_COUNT];
 } qs_quantizer;
 
 /* The result of a quantization [REC-LAYOUT]. Scales are decode multipliers throughout:
