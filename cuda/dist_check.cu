@@ -470,6 +470,85 @@ void case_mxfp8(rank_ctx *rc)
     qs_tensor_free(&X);
 }
 
+/* [DIST-NV-AMAX] [DIST-GIVEN-AMAX] [DIST-NV-SR]: NVFP4 shards (1x16 blocks, the columnwise
+ * copy Hadamard-transformed; with sr, stochastic rounding at shard-local indices): the
+ * device measures the two local tensor amaxes (QC_NV_AMAX_ONLY), reduces them as one vector
+ * of 2 over the world, and encodes with them (QC_NV_AMAX_GIVEN); the reduced amaxes, codes
+ * and block scales must be the simulated ranks'. */
+void case_nvfp4(rank_ctx *rc, int sr)
+{
+    const char *name = sr ? "nvfp4-sp-rht-sr" : "nvfp4-sp-rht";
+    int n = rc->nranks, r = rc->rank;
+    qs_tensor X;
+    shards sh;
+    sim s(n, 1, QS_RECIPE_NVFP4);
+    qs_recipe_config cfg;
+    quantized_set want;
+    bool built = make_x(&X, 64 * n, 128, 120 + static_cast<uint64_t>(sr), 6) && sh.split(&X, n) &&
+                 s.ok &&
+                 qs_recipe_config_default(nullptr, &cfg, QS_RECIPE_NVFP4, QS_ROLE_INPUT) == QS_OK;
+    if (built) {
+        cfg.rht = 1;
+        cfg.sr = sr;
+        cfg.seed = 77;
+        cfg.offset = 5;
+    }
+    if (!built || qs_dist_quantize(nullptr, &s.w, &cfg, sh.ptr, want.q, nullptr) != QS_OK) {
+        fail(rc, name, "the reference simulation failed");
+        return;
+    }
+    want.n = n;
+    const qs_quantized *z = &want.q[r];
+    int64_t before = rc->world.reductions;
+    qc_dev_buf x, amax, d[2], sc[2];
+    qc_input in = device_input(x, &sh.part[r]);
+    bool ok = to_device(x, sh.part[r].data, sh.part[r].nbytes) &&
+              amax.alloc(2 * sizeof(uint32_t)) == cudaSuccess;
+    for (int k = 0; k < 2 && ok; k++)
+        ok = (d[k].alloc(z->data[k].nbytes) == cudaSuccess) &&
+             (sc[k].alloc(z->scale[k].nbytes) == cudaSuccess);
+    in.x = x.p;
+    qc_copy row{d[0].u8(), sc[0].p}, col{d[1].u8(), sc[1].p};
+    qc_nvfp4_params p = {0, 0, 1, sr, cfg.seed, cfg.offset, QC_NV_AMAX_ONLY};
+    ok = ok && qc_nvfp4(in, p, row, col, amax.u32()) == cudaSuccess &&
+         cudaDeviceSynchronize() == cudaSuccess;
+    ok = ok && qc_nccl_allreduce_amax(&rc->world, amax.u32(), 2, 0) == ncclSuccess;
+    p.amax_mode = QC_NV_AMAX_GIVEN;
+    ok = ok && qc_nvfp4(in, p, row, col, amax.u32()) == cudaSuccess;
+    uint32_t bits[2] = {0, 0};
+    qs_tensor got[4];
+    for (int k = 0; k < 4; k++)
+        memset(&got[k], 0, sizeof got[k]);
+    ok = ok && to_host(bits, amax, sizeof bits);
+    for (int k = 0; k < 2 && ok; k++)
+        ok = alloc_like(&got[k], &z->data[k]) && alloc_like(&got[2 + k], &z->scale[k]) &&
+             to_host(got[k].data, d[k], got[k].nbytes) &&
+             to_host(got[2 + k].data, sc[k], got[2 + k].nbytes);
+    if (!ok) {
+        fail(rc, name, "a CUDA or NCCL call failed (%s)", cudaGetErrorString(cudaGetLastError()));
+    } else {
+        bool same = same_bits(rc, name, "reduced rowwise amax", qs_f32_from_bits(bits[0]),
+                              z->amax[QS_DIR_ROW]);
+        same = same_bits(rc, name, "reduced columnwise amax", qs_f32_from_bits(bits[1]),
+                         z->amax[QS_DIR_COL]) &&
+               same;
+        static const char *const what[4] = {"rowwise codes", "columnwise codes", "rowwise scales",
+                                            "columnwise scales"};
+        for (int k = 0; k < 4; k++) {
+            const qs_tensor *w = k < 2 ? &z->data[k] : &z->scale[k - 2];
+            same = same_bytes(rc, name, what[k], got[k].data, w->data, got[k].nbytes) && same;
+        }
+        if (rc->world.reductions - before != 1)
+            fail(rc, name, "%lld all-reduce calls, expected 1 [DIST-COUNT]",
+                 static_cast<long long>(rc->world.reductions - before));
+        else if (same)
+            pass(rc, name);
+    }
+    for (int k = 0; k < 4; k++)
+        qs_tensor_free(&got[k]);
+    qs_tensor_free(&X);
+}
+
 /* ------------------------------------------------------------ one rank's process */
 
 int run_rank(int rank, int nranks, int id_in, const int *id_out)
@@ -510,6 +589,8 @@ int run_rank(int rank, int nranks, int id_in, const int *id_out)
     case_current(&rc, 2);
     case_delayed(&rc);
     case_mxfp8(&rc);
+    case_nvfp4(&rc, 0);
+    case_nvfp4(&rc, 1);
     qc_nccl_free(&rc.pairs);
     qc_nccl_free(&rc.world);
     return rc.failures ? 1 : 0;

@@ -63,7 +63,13 @@ struct qc_nvfp4_params {
     int rht;               /* 1-D columnwise copy Hadamard-transformed [REC-NV-RHT] */
     int sr;                /* stochastic rounding [REC-NV-SR] */
     uint64_t seed, offset; /* the rowwise stream; the columnwise one is offset + 1 */
+    int amax_mode;         /* QC_NV_AMAX_MEASURE, _ONLY or _GIVEN */
 };
+/* What qc_nvfp4 does with the tensor amaxes: measure them into amax_bits and encode
+ * (default); only measure them (the local amaxes a rank reduces, spec/distributed.md
+ * [DIST-NV-AMAX]); or encode with the amaxes amax_bits already holds, the reduced or
+ * recorded ones, measuring nothing [DIST-GIVEN-AMAX]. */
+enum { QC_NV_AMAX_MEASURE = 0, QC_NV_AMAX_ONLY = 1, QC_NV_AMAX_GIVEN = 2 };
 /* [REC-NV-*]: packed E2M1 data and E4M3 scale codes of the rowwise copy [M,K] and the
  * columnwise copy [K,M]; amax_bits (device memory, 2 words) receives the bits of the tensor
  * amax of each (2-D tiles use word 0 for both, the 1-D columnwise word is taken after the

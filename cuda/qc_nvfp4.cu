@@ -417,19 +417,25 @@ cudaError_t launch(const qc_input &in, const qc_nvfp4_params &p, int rht, qc_cop
                    uint32_t *amax_bits)
 {
     const int64_t M = in.rows, K = in.cols, n = M * K;
+    const bool measure = p.amax_mode != QC_NV_AMAX_GIVEN, encode = p.amax_mode != QC_NV_AMAX_ONLY;
     if (fast_shape(in, row, col)) {
         fast_args a = {in.x, M, K, p.sr, p.seed, p.offset, amax_bits, row, col};
         dim3 grid(static_cast<unsigned>(K / kTK), static_cast<unsigned>(M / kTM));
         if (rht) {
             if constexpr (DT == QC_IN_BF16) {
-                amax_rht_tile<<<grid, kThreads>>>(a);
-                tile_kernel<DT, V, MODE_RHT><<<grid, kThreads>>>(a);
+                if (measure)
+                    amax_rht_tile<<<grid, kThreads>>>(a);
+                if (encode)
+                    tile_kernel<DT, V, MODE_RHT><<<grid, kThreads>>>(a);
             } else {
                 return cudaErrorInvalidValue;
             }
         } else {
             unsigned blocks = std::min(blocks_for(n / 8, 4 * kThreads), 4096u);
-            amax_vec<DT><<<blocks, kThreads>>>(in.x, n / 8, amax_bits);
+            if (measure)
+                amax_vec<DT><<<blocks, kThreads>>>(in.x, n / 8, amax_bits);
+            if (!encode)
+                return cudaGetLastError();
             if (p.tile_2d)
                 tile_kernel<DT, V, MODE_2D><<<grid, kThreads>>>(a);
             else
@@ -448,9 +454,12 @@ cudaError_t launch(const qc_input &in, const qc_nvfp4_params &p, int rht, qc_cop
               amax_bits,
               {static_cast<const uint8_t *>(row.scale), static_cast<const uint8_t *>(col.scale)}};
     unsigned blocks = std::min(blocks_for(n, kThreads), 4096u);
-    amax_elem<DT><<<blocks, kThreads>>>(in.x, n, !rht, amax_bits);
-    if (rht)
+    if (measure)
+        amax_elem<DT><<<blocks, kThreads>>>(in.x, n, !rht, amax_bits);
+    if (measure && rht)
         amax_rht<<<blocks_for(K * (M / kBlock), kThreads), kThreads>>>(jb, amax_bits);
+    if (!encode)
+        return cudaGetLastError();
     const qc_copy cp[2] = {row, col};
     for (int d = 0; d < 2; d++) {
         if (!cp[d].data)
@@ -479,8 +488,12 @@ cudaError_t qc_nvfp4(const qc_input &in, const qc_nvfp4_params &p, qc_copy row, 
     if (in.rows < 1 || in.cols < 1 ||
         (rht && (in.dtype != QC_IN_BF16 || in.rows % qc::nv::kBlock != 0)))
         return cudaErrorInvalidValue;
-    cudaError_t err = cudaMemsetAsync(amax_bits, 0, 2 * sizeof(uint32_t));
-    if (err != cudaSuccess || (!row.data && !col.data))
+    if (p.amax_mode < QC_NV_AMAX_MEASURE || p.amax_mode > QC_NV_AMAX_GIVEN)
+        return cudaErrorInvalidValue;
+    cudaError_t err = p.amax_mode == QC_NV_AMAX_GIVEN
+                          ? cudaSuccess
+                          : cudaMemsetAsync(amax_bits, 0, 2 * sizeof(uint32_t));
+    if (err != cudaSuccess || (!row.data && !col.data && p.amax_mode != QC_NV_AMAX_ONLY))
         return err;
     /* dispatch's second index selects the variant here: 0 te, 1 torchao. */
     return qc::dispatch(in.dtype, p.torchao, [&](auto dt, auto var) {

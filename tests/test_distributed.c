@@ -495,6 +495,77 @@ START_TEST(test_sequence_parallel_current_scale_is_shared_and_rows_match_unshard
 }
 END_TEST
 
+/* [DIST-NV-AMAX] [DIST-GIVEN-AMAX] [DIST-LINEAR-SP]: the sequence-parallel NVFP4 linear
+ * reduces the x and w tensor amaxes (one reduction each), every rank encodes with the
+ * unsharded S_enc and its y rows are the unsharded rows; the replay with the record gives
+ * the same codes and output without a reduction [DIST-REPLAY]. */
+START_TEST(test_sequence_parallel_nvfp4_linear_matches_unsharded)
+{
+    int n = NRANKS(_i);
+    const int64_t M = 128, K = 64, NO = 32; /* 16-row shards at N = 8 */
+    qs_tensor X, W, Y, xs[QS_DIST_MAX_RANKS];
+    const qs_tensor *px[QS_DIST_MAX_RANKS], *pw[QS_DIST_MAX_RANKS];
+    make_bf16(&X, M, K, 21, 6);
+    make_bf16(&W, NO, K, 22, 0);
+    qs_quantized xq0, wq0;
+    single_linear(QS_RECIPE_NVFP4, &X, &W, &Y, &xq0, &wq0);
+    split(&X, n, xs, px);
+    for (int r = 0; r < n; r++)
+        pw[r] = &W;
+    qs_dist_world w;
+    make_world(&w, n);
+    qs_scope_token tok[QS_DIST_MAX_RANKS];
+    enter(&w, QS_RECIPE_NVFP4, 1, tok);
+    rank_quantizers q;
+    init_quantizers(&q, n, QS_RECIPE_NVFP4);
+    qs_linear_options opt;
+    qs_linear_options_default(&opt, QS_RECIPE_NVFP4);
+    qs_tensor y[QS_DIST_MAX_RANKS];
+    qs_quantized xq[QS_DIST_MAX_RANKS], wq[QS_DIST_MAX_RANKS];
+    qs_dist_linear_record rec[QS_DIST_MAX_RANKS];
+    ck_assert_int_eq(qs_dist_linear_forward(NULL, &w, QS_DIST_SEQUENCE, &opt, q.px, q.pw, px, pw, y,
+                                            xq, wq, rec),
+                     QS_OK);
+    ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 2);
+    for (int r = 0; r < n; r++) {
+        int64_t r0 = row_offset(M, n, r);
+        for (int d = 0; d < QS_DIR_COUNT; d++) {
+            ck_assert_uint_eq(bits(xq[r].amax[d]), bits(xq0.amax[d]));
+            ck_assert_uint_eq(bits(xq[r].global_enc[d]), bits(xq0.global_enc[d]));
+            ck_assert_uint_eq(bits(wq[r].global_dec[d]), bits(wq0.global_dec[d]));
+        }
+        assert_rows_equal(&y[r], &Y, r0, "nvfp4 y rows");
+        qs_tensor y2;
+        qs_quantized xq2, wq2;
+        ck_assert_int_eq(qs_dist_linear_replay(NULL, &opt, q.px[r], q.pw[r], &rec[r], px[r], &W,
+                                               &y2, &xq2, &wq2),
+                         QS_OK);
+        assert_same_tensor(&y2, &y[r], "nvfp4 replayed y");
+        assert_same_tensor(&xq2.data[QS_DIR_COL], &xq[r].data[QS_DIR_COL], "replayed x col");
+        qs_tensor_free(&y2);
+        qs_quantized_free(&xq2);
+        qs_quantized_free(&wq2);
+    }
+    ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 2); /* the replays reduced nothing */
+    if (n > 1) { /* non-vacuous: rank 0's own amax is smaller than the tensor's */
+        float own[QS_DIR_COUNT];
+        qs_recipe_config cx = config(QS_RECIPE_NVFP4, QS_ROLE_INPUT);
+        ck_assert_int_eq(qs_dist_tensor_amax(NULL, &cx, &xs[0], own), QS_OK);
+        ck_assert_uint_ne(bits(own[QS_DIR_ROW]), bits(xq0.amax[QS_DIR_ROW]));
+    }
+    leave(&w, tok);
+    free_linear(n, y, xq, wq);
+    free_quantizers(&q, n);
+    free_parts(xs, n);
+    qs_quantized_free(&xq0);
+    qs_quantized_free(&wq0);
+    qs_tensor_free(&X);
+    qs_tensor_free(&W);
+    qs_tensor_free(&Y);
+    qs_dist_world_free(&w);
+}
+END_TEST
+
 START_TEST(test_tensor_parallel_current_columns_match_unsharded)
 {
     int n = NRANKS(_i);
@@ -1407,6 +1478,7 @@ static Suite *distributed_suite(void)
     tcase_add_test(tc, test_bit_integer_max_is_the_reduction_and_a_float_max_is_not);
     tcase_add_loop_test(tc, test_sequence_parallel_current_scale_is_shared_and_rows_match_unsharded,
                         0, 4);
+    tcase_add_loop_test(tc, test_sequence_parallel_nvfp4_linear_matches_unsharded, 0, 4);
     tcase_add_loop_test(tc, test_tensor_parallel_current_columns_match_unsharded, 0, 4);
     tcase_add_loop_test(
         tc, test_delayed_updates_give_every_rank_the_state_of_one_quantizer_fed_the_max, 0, 4);
