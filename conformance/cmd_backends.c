@@ -25,6 +25,7 @@ static void print_caps(uint64_t caps)
         {QS_CAP_GEMM_BLOCK, "gemm-block"},
         {QS_CAP_GEMM_MX, "gemm-mx"},
         {QS_CAP_GEMM_NVFP4, "gemm-nvfp4"},
+        {QS_CAP_DIST, "dist"},
     };
     int any = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

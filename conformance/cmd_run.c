@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "fileio.h"
 #include "plugin.h"
+#include "ranks.h"
 #include "qspec/qspec.h"
 #include "report.h"
 #include "sha256.h"
@@ -36,6 +37,7 @@ typedef struct run_opts {
     int update_digests;
     int quiet;
     int jobs;
+    int ranks; /* --ranks: processes of a distributed run [CASE-RANKS] */
 } run_opts;
 
 static double now_seconds(void)
@@ -402,6 +404,9 @@ static int certify_open(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, cert
 
 static int picked(const run_opts *o, const certify_run *cr, const qsk_case *c)
 {
+    const qsk_ranks *me = qsk_ranks_self(); /* a rank > 0 runs the distributed cases only */
+    if (me->rank > 0 && qsk_case_dist_ranks(c) != me->nranks)
+        return 0;
     return o->certify ? qsk_mustpass_match(&cr->list, c->id) : selected(c, o->filter);
 }
 
@@ -517,6 +522,9 @@ static int do_run(const run_opts *o, int npaths, char **paths)
     qsk_plugin plugin, *pl = NULL;
     if (rc == 0)
         rc = load_backend(ctx, o->backend, &plugin, &pl);
+    if (rc == 0 && qsk_ranks_child() && qsk_ranks_self()->nranks > 1 &&
+        qsk_ranks_join(ctx, pl) != QS_OK) /* every rank joins before its first case */
+        rc = qsk_usage_error("run", "rank %d: %s", qsk_ranks_self()->rank, qs_ctx_errmsg(ctx));
     qsk_suite s;
     memset(&s, 0, sizeof s);
     if (rc == 0 && o->certify) {
@@ -577,7 +585,7 @@ static int certify_check_opts(const run_opts *o, int npaths)
 
 static int run_run(int argc, char **argv)
 {
-    run_opts o = {"ref", NULL, NULL, NULL, NULL, NULL, 0, 0, 1};
+    run_opts o = {"ref", NULL, NULL, NULL, NULL, NULL, 0, 0, 1, 1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -610,6 +618,14 @@ static int run_run(int argc, char **argv)
             if (*end != '\0' || j < 1 || j > 256)
                 return qsk_usage_error("run", "--jobs '%s' is not a number from 1 to 256", argv[i]);
             o.jobs = (int)j;
+        } else if (strcmp(a, "--ranks") == 0) {
+            if (i + 1 >= argc)
+                return qsk_usage_error("run", "option '%s' needs a value", a);
+            char *end;
+            long r = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || r < 1 || r > 64)
+                return qsk_usage_error("run", "--ranks '%s' is not a number from 1 to 64", argv[i]);
+            o.ranks = (int)r;
         } else if (strcmp(a, "--update-digests") == 0) {
             o.update_digests = 1;
         } else if (strcmp(a, "--quiet") == 0) {
@@ -629,14 +645,26 @@ static int run_run(int argc, char **argv)
     if (o.update_digests && strcmp(o.backend, "ref") != 0)
         return qsk_usage_error(
             "run", "--update-digests takes the reference's outputs: use it with --backend ref");
+    if (o.ranks > 1 && (strcmp(o.backend, "ref") == 0 || o.jobs > 1 || o.certify))
+        return qsk_usage_error("run", "--ranks starts one process per rank of a plugin backend: "
+                                      "it needs --backend, and does not combine with --jobs or "
+                                      "--certify (the reference simulates the ranks of every "
+                                      "case in one process)");
+    if (qsk_ranks_child() && o.ranks != qsk_ranks_self()->nranks)
+        return qsk_usage_error("run", "rank %d: --ranks %d, but the run has %d ranks",
+                               qsk_ranks_self()->rank, o.ranks, qsk_ranks_self()->nranks);
+    if (o.ranks > 1 && !qsk_ranks_child())
+        return qsk_ranks_launch(o.ranks, argc, argv);
+    if (qsk_ranks_self()->rank > 0) /* rank 0 reports */
+        o.report_json = o.junit = o.html = NULL;
     return do_run(&o, argc - i, argv + i);
 }
 
 const qsk_command qsk_cmd_run = {
     "run", "run conformance cases on a backend and report",
     "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE]\n"
-    "                 [--junit FILE] [--html FILE] [--jobs N] [--update-digests] [--quiet]\n"
-    "                 [CASES...]\n"
+    "                 [--junit FILE] [--html FILE] [--jobs N] [--ranks N] [--update-digests]\n"
+    "                 [--quiet] [CASES...]\n"
     "       qspec run --certify PKGDIR [--backend B] [--jobs N] [--quiet] [SUITE-DIR]\n\n"
     "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
     "the installed suite, or the folder QSPEC_CASES names). For every case the reference\n"
@@ -651,6 +679,10 @@ const qsk_command qsk_cmd_run = {
     "  --html F           write a self-contained HTML report to F, with an error histogram\n"
     "                     for every output that failed its comparison\n"
     "  --jobs N, -j N     run the reference on N worker processes (the report is the same)\n"
+    "  --ranks N          run a plugin backend as N processes, one per rank (device), joined\n"
+    "                     through its distributed slots: the distributed cases of N ranks run\n"
+    "                     on all of them, the other cases on rank 0, which reports; a case of\n"
+    "                     another number of ranks is not supported (default 1)\n"
     "  --update-digests   rewrite the cases' golden digests from the reference (ref only)\n"
     "  --quiet            no progress line\n"
     "  --certify PKGDIR   a certification run: the cases of the suite's must-pass list\n"

@@ -34,6 +34,9 @@ const qsk_op *qsk_op_find(const char *name);
 qs_status qsk_case_check(qs_ctx *ctx, const qsk_case *c);
 /* The output named name, or NULL. */
 const qs_tensor *qsk_results_get(const qsk_results *r, const char *name);
+/* The ranks a distributed case runs on (its `ranks` parameter, spec/cases.md [CASE-RANKS]),
+ * 0 for any other case. */
+int qsk_case_dist_ranks(const qsk_case *c);
 /* Appends a tensor (ownership moves to r). */
 qs_status qsk_results_add(qs_ctx *ctx, qsk_results *r, const char *name, qs_tensor *t);
 void qsk_results_free(qsk_results *r);

@@ -2,7 +2,8 @@
  * Built as libqspec-cuda.so against include/qspec/backend.h only. open() fails with a
  * clear reason when no CUDA device (or driver) is present. The table claims cast and the
  * delayed, current, mxfp8, block and nvfp4 quantizers (cuda/qc_slots.cu).
- * dequantize (cuda/qc_dequant.cu) takes every recipe. */
+ * dequantize (cuda/qc_dequant.cu) takes every recipe; the distributed slots run over NCCL
+ * (cuda/qc_dist.cu) when the plugin was built with nccl.h. */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
@@ -52,6 +53,9 @@ void cuda_close(void *state)
 {
     (void)state;
     qc_gemm_release();
+#ifdef QC_HAVE_DIST
+    qc_dist_release();
+#endif
 }
 
 const char *cuda_device(void *state)
@@ -77,6 +81,12 @@ qs_backend make_table()
     t.quantize = qc_slot_quantize;
     t.dequantize = qc_slot_dequantize;
     t.gemm = qc_slot_gemm;
+#ifdef QC_HAVE_DIST /* NCCL, opened when a distributed run joins */
+    t.caps |= QS_CAP_DIST;
+    t.dist_id = qc_slot_dist_id;
+    t.dist_join = qc_slot_dist_join;
+    t.allreduce_amax = qc_slot_allreduce_amax;
+#endif
     return t;
 }
 

@@ -72,7 +72,9 @@ cudaError_t run_tensorwise(const qs_quantize_args *a, const qc_input &in, qs_qua
     if (err == cudaSuccess)
         err = amax.alloc(sizeof(uint32_t));
     int current = a->cfg->kind == QS_RECIPE_CURRENT;
-    if (err == cudaSuccess && current) /* delayed scaling takes the amax in its pass */
+    if (err == cudaSuccess && current && a->given_amax) /* [DIST-GIVEN-AMAX] */
+        err = cudaMemcpy(amax.p, a->given_amax, sizeof(uint32_t), cudaMemcpyHostToDevice);
+    else if (err == cudaSuccess && current) /* delayed scaling takes the amax in its pass */
         err = qc_amax(in, static_cast<uint32_t *>(amax.p));
     qc_tw_params p = {z->elem == QS_E5M2, current, a->ds_scale, a->cfg->eps, a->cfg->pow2};
     if (err == cudaSuccess)
@@ -134,7 +136,12 @@ cudaError_t run_nvfp4(const qs_quantize_args *a, const qc_input &in, qs_quantize
     if (err == cudaSuccess)
         err = amax.alloc(2 * sizeof(uint32_t));
     int torchao = c->nv_variant == QS_NV_TORCHAO;
-    qc_nvfp4_params p = {torchao, c->tile_2d, c->rht && c->columnwise, c->sr, c->seed, c->offset};
+    qc_nvfp4_params p = {torchao,   c->tile_2d, c->rht && c->columnwise, c->sr, c->seed, c->offset,
+                         QC_NV_AMAX_MEASURE};
+    if (err == cudaSuccess && a->given_amax) { /* [DIST-GIVEN-AMAX] */
+        p.amax_mode = QC_NV_AMAX_GIVEN;
+        err = cudaMemcpy(amax.p, a->given_amax, 2 * sizeof(uint32_t), cudaMemcpyHostToDevice);
+    }
     if (err == cudaSuccess)
         err = qc_nvfp4(in, p, out.copy(0), out.copy(1), static_cast<uint32_t *>(amax.p));
     if (err == cudaSuccess)

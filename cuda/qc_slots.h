@@ -12,5 +12,12 @@ qs_status qc_slot_gemm(void *state, qs_gemm_args *a);
 void qc_gemm_release(void);
 /* cuda/qc_dequant.cu */
 qs_status qc_slot_dequantize(void *state, const qs_dequantize_args *a);
+/* The distributed slots over NCCL (cuda/qc_dist.cu; built when nccl.h is found). */
+qs_status qc_slot_dist_id(void *state, void *id, size_t cap, size_t *len, char *why,
+                          size_t why_len);
+qs_status qc_slot_dist_join(void *state, int nranks, int rank, const void *id, size_t len,
+                            char *why, size_t why_len);
+qs_status qc_slot_allreduce_amax(void *state, int64_t n, float *amax, char *why, size_t why_len);
+void qc_dist_release();
 
 #endif

@@ -7,7 +7,8 @@
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);
 
 static qs_backend table = {
-    99u, sizeof(qs_backend), "badabi", "0", 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    99u, sizeof(qs_backend), "badabi", "0", 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL};
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version)
 {

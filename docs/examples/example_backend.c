@@ -6,12 +6,17 @@
  * it claims bit for bit, and claims nothing else, so every other case is reported as not
  * supported. Built with -DQS_EXAMPLE_PLANT_ERROR its current-scaling scale_inv is one ulp
  * too large, and with -DQS_EXAMPLE_PLANT_GEMM_ERROR its GEMMs leave out the last k: the
- * kit's own tests prove that exactly the cases covering the planted error then fail. */
+ * kit's own tests prove that exactly the cases covering the planted error then fail.
+ * It also has the distributed slots (QS_CAP_DIST): its ranks are processes on one host
+ * that exchange amaxes through files of a directory the id names. */
+#define _POSIX_C_SOURCE 200809L
 #include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "qspec/backend.h"
 
@@ -112,6 +117,8 @@ static qs_status quantize_current(const qs_quantize_args *a)
         if (v > amax)
             amax = v;
     }
+    if (a->given_amax) /* the reduced amax of a distributed run */
+        amax = a->given_amax[0];
     float floor_amax = amax < a->cfg->eps ? a->cfg->eps : amax; /* the reported amax is raw */
     float fmax = z->elem == QS_E4M3 ? 448.0f : 57344.0f, scale = 1.0f;
     if (floor_amax != 0.0f && floor_amax <= FLT_MAX) {
@@ -423,6 +430,99 @@ static qs_status example_gemm(void *state, qs_gemm_args *g)
     return st;
 }
 
+/* ------------------------------------------------------------------ distributed runs */
+
+/* This process's rank: the directory the ranks share, and the reductions run so far. */
+static struct {
+    char dir[512];
+    int nranks, rank;
+    long seq;
+} ex_dist;
+
+static void ex_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static qs_status example_dist_id(void *state, void *id, size_t cap, size_t *len, char *why,
+                                 size_t why_len)
+{
+    (void)state;
+    const char *tmp = getenv("TMPDIR");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qspec-example.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir) || strlen(dir) + 1 > cap) {
+        snprintf(why, why_len, "cannot create the directory of the ranks");
+        return QS_ERR_IO;
+    }
+    memcpy(id, dir, strlen(dir) + 1);
+    *len = strlen(dir) + 1;
+    return QS_OK;
+}
+
+static qs_status example_dist_join(void *state, int nranks, int rank, const void *id, size_t len,
+                                   char *why, size_t why_len)
+{
+    (void)state;
+    if (nranks < 1 || rank < 0 || rank >= nranks || len == 0 || len > sizeof ex_dist.dir ||
+        ((const char *)id)[len - 1] != '\0') {
+        snprintf(why, why_len, "bad rank or id");
+        return QS_ERR_INVALID_ARG;
+    }
+    memcpy(ex_dist.dir, id, len);
+    ex_dist.nranks = nranks;
+    ex_dist.rank = rank;
+    ex_dist.seq = 0;
+    return QS_OK;
+}
+
+/* [DIST-REDUCE-MAX]: each rank writes its values to a file of its own (whole, then renamed),
+ * waits for every rank's file of this reduction, and takes the unsigned maximum of the bit
+ * patterns in rank order. */
+static qs_status example_allreduce(void *state, int64_t n, float *amax, char *why, size_t why_len)
+{
+    (void)state;
+    if (ex_dist.nranks == 0 || n < 1) {
+        snprintf(why, why_len, "not joined");
+        return QS_ERR_STATE;
+    }
+    long seq = ex_dist.seq++;
+    if (ex_dist.nranks == 1)
+        return QS_OK;
+    char path[600], part[608];
+    snprintf(path, sizeof path, "%s/ar%ld.r%d", ex_dist.dir, seq, ex_dist.rank);
+    snprintf(part, sizeof part, "%s.part", path);
+    FILE *f = fopen(part, "wb");
+    int ok = f && fwrite(amax, sizeof *amax, (size_t)n, f) == (size_t)n;
+    if (f)
+        ok = fclose(f) == 0 && ok;
+    if (!ok || rename(part, path) != 0) {
+        snprintf(why, why_len, "cannot write %s", path);
+        return QS_ERR_IO;
+    }
+    uint32_t *acc = calloc((size_t)n, sizeof *acc), *v = calloc((size_t)n, sizeof *v);
+    qs_status st = acc && v ? QS_OK : QS_ERR_NOMEM;
+    for (int r = 0; r < ex_dist.nranks && st == QS_OK; r++) {
+        snprintf(path, sizeof path, "%s/ar%ld.r%d", ex_dist.dir, seq, r);
+        for (int waited = 0; !(f = fopen(path, "rb")) && waited < 120000; waited++)
+            ex_sleep_ms(1);
+        if (!f || fread(v, sizeof *v, (size_t)n, f) != (size_t)n) {
+            snprintf(why, why_len, "no values from rank %d for reduction %ld", r, seq);
+            st = QS_ERR_IO;
+        }
+        if (f)
+            fclose(f);
+        for (int64_t i = 0; st == QS_OK && i < n; i++)
+            acc[i] = v[i] > acc[i] ? v[i] : acc[i];
+    }
+    if (st == QS_OK)
+        memcpy(amax, acc, (size_t)n * sizeof *acc);
+    free(acc);
+    free(v);
+    return st;
+}
+
 static qs_status example_open(void **state, char *why, size_t why_len)
 {
     (void)why;
@@ -434,6 +534,8 @@ static qs_status example_open(void **state, char *why, size_t why_len)
 static void example_close(void *state)
 {
     (void)state;
+    if (ex_dist.nranks == 1 && ex_dist.rank == 0)
+        rmdir(ex_dist.dir); /* empty: one rank writes no files */
 }
 
 static const char *example_device(void *state)
@@ -446,14 +548,18 @@ static const qs_backend example_table = {QS_BACKEND_ABI_VERSION,
                                          sizeof(qs_backend),
                                          "example",
                                          "1.0",
-                                         QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR,
+                                         QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR |
+                                             QS_CAP_DIST,
                                          example_open,
                                          example_close,
                                          example_device,
                                          example_cast,
                                          example_quantize,
                                          NULL,
-                                         example_gemm};
+                                         example_gemm,
+                                         example_dist_id,
+                                         example_dist_join,
+                                         example_allreduce};
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);
 

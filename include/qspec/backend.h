@@ -41,6 +41,12 @@ extern "C" {
 #define QS_CAP_GEMM_BLOCK  (UINT64_C(1) << 8)  /* QS_GEMM_SCALE_BLOCK_1X128 and _128X128 */
 #define QS_CAP_GEMM_MX     (UINT64_C(1) << 9)  /* QS_GEMM_SCALE_MX */
 #define QS_CAP_GEMM_NVFP4  (UINT64_C(1) << 10) /* QS_GEMM_SCALE_NVFP4 */
+/* Distributed runs (spec/distributed.md [DIST-BACKEND]): the dist_id, dist_join and
+ * allreduce_amax slots, and quantize honours qs_quantize_args.given_amax. */
+#define QS_CAP_DIST (UINT64_C(1) << 11)
+
+/* The most bytes of a distributed run's id (dist_id). */
+#define QS_DIST_ID_MAX 256
 
 /* A conversion request: n FP32 values to codes of format dt under mode (one per element;
  * E2M1 codes one per byte here, not packed). */
@@ -64,6 +70,10 @@ typedef struct qs_quantize_args {
     const qs_tensor *x;
     float ds_scale;
     qs_quantized *out;
+    /* Read only by a backend with QS_CAP_DIST: when non-NULL, the tensor amaxes to quantize
+     * with in place of those of x ([DIST-GIVEN-AMAX]: current scaling given_amax[0]; NVFP4
+     * given_amax[QS_DIR_ROW] and [QS_DIR_COL]), reported back in out->amax. */
+    const float *given_amax;
 } qs_quantize_args;
 
 /* A dequantization request: copy dir of in to FP32 y ([rows, cols], allocated by the kit). */
@@ -146,6 +156,19 @@ typedef struct qs_backend {
     /* Appended to ABI v1 (present when struct_size covers it): the TN GEMM of
      * spec/gemm.md on coded operands, claimed per request [CASE-OP-GEMM]. */
     qs_status (*gemm)(void *state, qs_gemm_args *args);
+
+    /* Appended to ABI v1: distributed runs, one process per rank (QS_CAP_DIST,
+     * spec/distributed.md [DIST-BACKEND]). The kit starts nranks processes; rank 0 calls
+     * dist_id, which writes an id of at most cap (QS_DIST_ID_MAX) bytes into id and its
+     * length into *len; every rank then calls dist_join with that id, which makes this
+     * process rank `rank` of `nranks` (selecting its device). allreduce_amax replaces the n
+     * host amaxes at amax by their maximum over every joined rank [DIST-REDUCE-MAX] (the
+     * unsigned maximum of the bit patterns), all ranks calling it in the same order. On an
+     * error a slot writes a one-line reason into why[0..why_len). */
+    qs_status (*dist_id)(void *state, void *id, size_t cap, size_t *len, char *why, size_t why_len);
+    qs_status (*dist_join)(void *state, int nranks, int rank, const void *id, size_t len, char *why,
+                           size_t why_len);
+    qs_status (*allreduce_amax)(void *state, int64_t n, float *amax, char *why, size_t why_len);
 } qs_backend;
 
 /* The size of a v1 table built before the gemm slot was appended: the smallest struct_size
