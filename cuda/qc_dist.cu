@@ -2,7 +2,8 @@
  * spec/distributed.md [DIST-BACKEND]) over NCCL, one process per GPU. NCCL is opened at
  * run time (dlopen of libnccl.so.2), so the plugin loads and runs everything else on a
  * machine without it; the reduction is ncclMax over ncclUint32 on the amaxes' bit patterns
- * [DIST-REDUCE-MAX] (see cuda/qc_nccl.h). A rank uses GPU rank mod the visible devices. */
+ * [DIST-REDUCE-MAX] (see cuda/qc_nccl.h). Rank r uses GPU r, so a run of N ranks needs N
+ * visible GPUs. */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -99,9 +100,14 @@ qs_status qc_slot_dist_join(void *state, int nranks, int rank, const void *id, s
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e == cudaSuccess && count > 0)
-        e = cudaSetDevice(rank % count);
+        e = cudaSetDevice(rank < count ? rank : 0);
     if (e != cudaSuccess || count == 0) {
         snprintf(why, why_len, "rank %d: no GPU to use (%s)", rank, cudaGetErrorString(e));
+        return QS_ERR_UNSUPPORTED;
+    }
+    if (nranks > count) { /* NCCL takes one GPU per rank */
+        snprintf(why, why_len, "%d ranks need %d GPUs, %d %s visible", nranks, nranks, count,
+                 count == 1 ? "is" : "are");
         return QS_ERR_UNSUPPORTED;
     }
     ncclResult_t r = g_nccl.init_rank(&g_comm, nranks, u, rank);
