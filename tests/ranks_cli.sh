@@ -33,6 +33,15 @@ expect_status "the planted plugin on 2 ranks fails" 1 "$QSPEC" run --quiet --bac
     --ranks 2 "$CASES"
 expect_out "the failure line names the case and the output" "^FAIL dist\.q\.current\.r2 seed=9801 output=row_scale index=0 expected=0x[0-9a-f]+ .* observed=0x[0-9a-f]+"
 
+# [CASE-RUN] a failure in a case only rank 0 runs (here a reference regression) is exit 1
+mkdir "$QST_TMP/two"
+cp "$CASES" "$QST_TMP/two/"
+sed '0,/digest: sha256:[0-9a-f]*/s//digest: sha256:0000000000000000000000000000000000000000000000000000000000000000/' \
+    "$QS_SRCDIR/conformance/cases/recipes-current.yaml" >"$QST_TMP/two/recipes-current.yaml"
+expect_status "a regression on rank 0 alone fails the run, no more" 1 "$QSPEC" run --quiet \
+    --backend "$EXAMPLE" --ranks 2 "$QST_TMP/two"
+expect_out "rank 0 reports it" "^FAIL rec\.current\.[^ ]+ seed=[0-9]+ output=[a-z_]+: reference regression"
+
 # [CASE-SCHEMA-ERRORS] bad usage and bad cases are exit 2 with one line
 expect_usage "--ranks 0" "$QSPEC" run --backend "$EXAMPLE" --ranks 0 "$CASES"
 expect_err "it names the option" "^qspec run: --ranks '0' is not a number from 1 to 64$"
