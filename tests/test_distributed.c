@@ -434,64 +434,117 @@ static void single_linear(qs_recipe_kind kind, const qs_tensor *x, const qs_tens
     free_quantizers(&q, 1);
 }
 
+/* A sharded linear under test: the unsharded X and W with their single-rank forward (Y,
+ * xq0, wq0), the shards (X's rows in sequence parallelism, W's rows in tensor parallelism,
+ * the other operand replicated), a world of n ranks inside a region of group 1, and the
+ * ranks' quantizers, options and outputs. */
+typedef struct lin_spec {
+    qs_recipe_kind kind;
+    qs_dist_parallel par;
+    int64_t M, K, NO;
+    uint64_t xseed;
+    int xgrowth;
+    uint64_t wseed;
+    int wgrowth;
+} lin_spec;
+
+typedef struct lin_fixture {
+    int n;
+    lin_spec sp;
+    qs_tensor X, W, Y, parts[QS_DIST_MAX_RANKS];
+    const qs_tensor *px[QS_DIST_MAX_RANKS], *pw[QS_DIST_MAX_RANKS];
+    qs_quantized xq0, wq0;
+    qs_dist_world w;
+    qs_scope_token tok[QS_DIST_MAX_RANKS];
+    rank_quantizers q;
+    qs_linear_options opt;
+    qs_tensor y[QS_DIST_MAX_RANKS];
+    qs_quantized xq[QS_DIST_MAX_RANKS], wq[QS_DIST_MAX_RANKS];
+    qs_dist_linear_record rec[QS_DIST_MAX_RANKS];
+} lin_fixture;
+
+static lin_fixture *lin_setup(int n, const lin_spec *sp)
+{
+    lin_fixture *f = calloc(1, sizeof *f);
+    ck_assert_ptr_nonnull(f);
+    f->n = n;
+    f->sp = *sp;
+    make_bf16(&f->X, sp->M, sp->K, sp->xseed, sp->xgrowth);
+    make_bf16(&f->W, sp->NO, sp->K, sp->wseed, sp->wgrowth);
+    single_linear(sp->kind, &f->X, &f->W, &f->Y, &f->xq0, &f->wq0);
+    int tp = sp->par == QS_DIST_TENSOR;
+    split(tp ? &f->W : &f->X, n, f->parts, tp ? f->pw : f->px);
+    for (int r = 0; r < n; r++) {
+        if (tp)
+            f->px[r] = &f->X;
+        else
+            f->pw[r] = &f->W;
+    }
+    make_world(&f->w, n);
+    enter(&f->w, sp->kind, 1, f->tok);
+    init_quantizers(&f->q, n, sp->kind);
+    qs_linear_options_default(&f->opt, sp->kind);
+    return f;
+}
+
+/* The ranks' forward, which must succeed; rec: keep the records for a replay. */
+static void lin_forward(lin_fixture *f, int rec)
+{
+    ck_assert_int_eq(qs_dist_linear_forward(NULL, &f->w, f->sp.par, &f->opt, f->q.px, f->q.pw,
+                                            f->px, f->pw, f->y, f->xq, f->wq, rec ? f->rec : NULL),
+                     QS_OK);
+}
+
+static int64_t lin_reductions(lin_fixture *f)
+{
+    return qs_dist_world_group(&f->w, 1)->reductions;
+}
+
+static void lin_teardown(lin_fixture *f)
+{
+    leave(&f->w, f->tok);
+    free_linear(f->n, f->y, f->xq, f->wq);
+    free_quantizers(&f->q, f->n);
+    free_parts(f->parts, f->n);
+    qs_quantized_free(&f->xq0);
+    qs_quantized_free(&f->wq0);
+    qs_tensor_free(&f->X);
+    qs_tensor_free(&f->W);
+    qs_tensor_free(&f->Y);
+    qs_dist_world_free(&f->w);
+    free(f);
+}
+
 START_TEST(test_sequence_parallel_current_scale_is_shared_and_rows_match_unsharded)
 {
     int n = NRANKS(_i);
-    const int64_t M = 40, K = 64, NO = 24;
-    qs_tensor X, W, Y, xs[QS_DIST_MAX_RANKS];
-    const qs_tensor *px[QS_DIST_MAX_RANKS], *pw[QS_DIST_MAX_RANKS];
-    make_bf16(&X, M, K, 11, 6); /* the largest rows are the last rank's */
-    make_bf16(&W, NO, K, 12, 0);
-    qs_quantized xq0, wq0;
-    single_linear(QS_RECIPE_CURRENT, &X, &W, &Y, &xq0, &wq0);
-    split(&X, n, xs, px);
-    for (int r = 0; r < n; r++)
-        pw[r] = &W;
-
-    qs_dist_world w;
-    make_world(&w, n);
-    qs_scope_token tok[QS_DIST_MAX_RANKS];
-    enter(&w, QS_RECIPE_CURRENT, 1, tok);
-    rank_quantizers q;
-    init_quantizers(&q, n, QS_RECIPE_CURRENT);
-    qs_linear_options opt;
-    qs_linear_options_default(&opt, QS_RECIPE_CURRENT);
-    qs_tensor y[QS_DIST_MAX_RANKS];
-    qs_quantized xq[QS_DIST_MAX_RANKS], wq[QS_DIST_MAX_RANKS];
-    ck_assert_int_eq(qs_dist_linear_forward(NULL, &w, QS_DIST_SEQUENCE, &opt, q.px, q.pw, px, pw, y,
-                                            xq, wq, NULL),
-                     QS_OK);
+    /* the largest rows are the last rank's */
+    lin_fixture *f =
+        lin_setup(n, &(lin_spec){QS_RECIPE_CURRENT, QS_DIST_SEQUENCE, 40, 64, 24, 11, 6, 12, 0});
+    lin_forward(f, 0);
     /* [DIST-COUNT]: one reduction for x and one for w. */
-    ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 2);
+    ck_assert_int_eq(lin_reductions(f), 2);
     for (int r = 0; r < n; r++) {
-        int64_t r0 = row_offset(M, n, r);
+        int64_t r0 = row_offset(f->sp.M, n, r);
+        const qs_quantized *xq = &f->xq[r], *x0 = &f->xq0;
         /* [DIST-CS-AMAX] [DIST-CS-EQUAL]: the unsharded scale, bitwise, on every rank. */
         for (int d = 0; d < QS_DIR_COUNT; d++) {
-            ck_assert_uint_eq(bits(xq[r].global_enc[d]), bits(xq0.global_enc[d]));
-            ck_assert_uint_eq(bits(xq[r].global_dec[d]), bits(xq0.global_dec[d]));
-            ck_assert_uint_eq(bits(xq[r].amax[d]), bits(xq0.amax[d]));
-            assert_same_tensor(&xq[r].scale[d], &xq0.scale[d], "x scale_inv");
-            ck_assert_uint_eq(bits(wq[r].global_enc[d]), bits(wq0.global_enc[d]));
+            ck_assert_uint_eq(bits(xq->global_enc[d]), bits(x0->global_enc[d]));
+            ck_assert_uint_eq(bits(xq->global_dec[d]), bits(x0->global_dec[d]));
+            ck_assert_uint_eq(bits(xq->amax[d]), bits(x0->amax[d]));
+            assert_same_tensor(&xq->scale[d], &x0->scale[d], "x scale_inv");
+            ck_assert_uint_eq(bits(f->wq[r].global_enc[d]), bits(f->wq0.global_enc[d]));
         }
-        assert_rows_equal(&xq[r].data[QS_DIR_ROW], &xq0.data[QS_DIR_ROW], r0, "x rowwise codes");
-        assert_cols_equal(&xq[r].data[QS_DIR_COL], &xq0.data[QS_DIR_COL], r0, "x columnwise");
-        ck_assert_int_eq(xq[r].cfg.kind, QS_RECIPE_CURRENT);
+        assert_rows_equal(&xq->data[QS_DIR_ROW], &x0->data[QS_DIR_ROW], r0, "x rowwise codes");
+        assert_cols_equal(&xq->data[QS_DIR_COL], &x0->data[QS_DIR_COL], r0, "x columnwise");
+        ck_assert_int_eq(xq->cfg.kind, QS_RECIPE_CURRENT);
         /* [DIST-LINEAR-SP]: the output rows are the unsharded run's rows, bitwise. */
-        assert_rows_equal(&y[r], &Y, r0, "y rows");
+        assert_rows_equal(&f->y[r], &f->Y, r0, "y rows");
     }
     if (n > 1) /* non-vacuous: rank 0 alone would have used another scale */
-        ck_assert_uint_ne(bits(single_current_scale(&xs[0], QS_ROLE_INPUT)),
-                          bits(xq0.global_enc[QS_DIR_ROW]));
-    leave(&w, tok);
-    free_linear(n, y, xq, wq);
-    free_quantizers(&q, n);
-    free_parts(xs, n);
-    qs_quantized_free(&xq0);
-    qs_quantized_free(&wq0);
-    qs_tensor_free(&X);
-    qs_tensor_free(&W);
-    qs_tensor_free(&Y);
-    qs_dist_world_free(&w);
+        ck_assert_uint_ne(bits(single_current_scale(&f->parts[0], QS_ROLE_INPUT)),
+                          bits(f->xq0.global_enc[QS_DIR_ROW]));
+    lin_teardown(f);
 }
 END_TEST
 
@@ -502,139 +555,81 @@ END_TEST
 START_TEST(test_sequence_parallel_nvfp4_linear_matches_unsharded)
 {
     int n = NRANKS(_i);
-    const int64_t M = 128, K = 64, NO = 32; /* 16-row shards at N = 8 */
-    qs_tensor X, W, Y, xs[QS_DIST_MAX_RANKS];
-    const qs_tensor *px[QS_DIST_MAX_RANKS], *pw[QS_DIST_MAX_RANKS];
-    make_bf16(&X, M, K, 21, 6);
-    make_bf16(&W, NO, K, 22, 0);
-    qs_quantized xq0, wq0;
-    single_linear(QS_RECIPE_NVFP4, &X, &W, &Y, &xq0, &wq0);
-    split(&X, n, xs, px);
-    for (int r = 0; r < n; r++)
-        pw[r] = &W;
-    qs_dist_world w;
-    make_world(&w, n);
-    qs_scope_token tok[QS_DIST_MAX_RANKS];
-    enter(&w, QS_RECIPE_NVFP4, 1, tok);
-    rank_quantizers q;
-    init_quantizers(&q, n, QS_RECIPE_NVFP4);
-    qs_linear_options opt;
-    qs_linear_options_default(&opt, QS_RECIPE_NVFP4);
-    qs_tensor y[QS_DIST_MAX_RANKS];
-    qs_quantized xq[QS_DIST_MAX_RANKS], wq[QS_DIST_MAX_RANKS];
-    qs_dist_linear_record rec[QS_DIST_MAX_RANKS];
-    ck_assert_int_eq(qs_dist_linear_forward(NULL, &w, QS_DIST_SEQUENCE, &opt, q.px, q.pw, px, pw, y,
-                                            xq, wq, rec),
-                     QS_OK);
-    ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 2);
+    /* 16-row shards at N = 8 */
+    lin_fixture *f =
+        lin_setup(n, &(lin_spec){QS_RECIPE_NVFP4, QS_DIST_SEQUENCE, 128, 64, 32, 21, 6, 22, 0});
+    lin_forward(f, 1);
+    ck_assert_int_eq(lin_reductions(f), 2);
     for (int r = 0; r < n; r++) {
-        int64_t r0 = row_offset(M, n, r);
+        int64_t r0 = row_offset(f->sp.M, n, r);
         for (int d = 0; d < QS_DIR_COUNT; d++) {
-            ck_assert_uint_eq(bits(xq[r].amax[d]), bits(xq0.amax[d]));
-            ck_assert_uint_eq(bits(xq[r].global_enc[d]), bits(xq0.global_enc[d]));
-            ck_assert_uint_eq(bits(wq[r].global_dec[d]), bits(wq0.global_dec[d]));
+            ck_assert_uint_eq(bits(f->xq[r].amax[d]), bits(f->xq0.amax[d]));
+            ck_assert_uint_eq(bits(f->xq[r].global_enc[d]), bits(f->xq0.global_enc[d]));
+            ck_assert_uint_eq(bits(f->wq[r].global_dec[d]), bits(f->wq0.global_dec[d]));
         }
-        assert_rows_equal(&y[r], &Y, r0, "nvfp4 y rows");
+        assert_rows_equal(&f->y[r], &f->Y, r0, "nvfp4 y rows");
         qs_tensor y2;
         qs_quantized xq2, wq2;
-        ck_assert_int_eq(qs_dist_linear_replay(NULL, &opt, q.px[r], q.pw[r], &rec[r], px[r], &W,
-                                               &y2, &xq2, &wq2),
+        ck_assert_int_eq(qs_dist_linear_replay(NULL, &f->opt, f->q.px[r], f->q.pw[r], &f->rec[r],
+                                               f->px[r], &f->W, &y2, &xq2, &wq2),
                          QS_OK);
-        assert_same_tensor(&y2, &y[r], "nvfp4 replayed y");
-        assert_same_tensor(&xq2.data[QS_DIR_COL], &xq[r].data[QS_DIR_COL], "replayed x col");
+        assert_same_tensor(&y2, &f->y[r], "nvfp4 replayed y");
+        assert_same_tensor(&xq2.data[QS_DIR_COL], &f->xq[r].data[QS_DIR_COL], "replayed x col");
         qs_tensor_free(&y2);
         qs_quantized_free(&xq2);
         qs_quantized_free(&wq2);
     }
-    ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 2); /* the replays reduced nothing */
+    ck_assert_int_eq(lin_reductions(f), 2); /* the replays reduced nothing */
     if (n > 1) { /* non-vacuous: rank 0's own amax is smaller than the tensor's */
         float own[QS_DIR_COUNT];
         qs_recipe_config cx = config(QS_RECIPE_NVFP4, QS_ROLE_INPUT);
-        ck_assert_int_eq(qs_dist_tensor_amax(NULL, &cx, &xs[0], own), QS_OK);
-        ck_assert_uint_ne(bits(own[QS_DIR_ROW]), bits(xq0.amax[QS_DIR_ROW]));
+        ck_assert_int_eq(qs_dist_tensor_amax(NULL, &cx, &f->parts[0], own), QS_OK);
+        ck_assert_uint_ne(bits(own[QS_DIR_ROW]), bits(f->xq0.amax[QS_DIR_ROW]));
     }
-    leave(&w, tok);
-    free_linear(n, y, xq, wq);
-    free_quantizers(&q, n);
-    free_parts(xs, n);
-    qs_quantized_free(&xq0);
-    qs_quantized_free(&wq0);
-    qs_tensor_free(&X);
-    qs_tensor_free(&W);
-    qs_tensor_free(&Y);
-    qs_dist_world_free(&w);
+    lin_teardown(f);
 }
 END_TEST
 
 START_TEST(test_tensor_parallel_current_columns_match_unsharded)
 {
     int n = NRANKS(_i);
-    const int64_t M = 12, K = 64, NO = 36;
-    qs_tensor X, W, Y, ws[QS_DIST_MAX_RANKS];
-    const qs_tensor *px[QS_DIST_MAX_RANKS], *pw[QS_DIST_MAX_RANKS];
-    make_bf16(&X, M, K, 21, 0);
-    make_bf16(&W, NO, K, 22, 5);
-    qs_quantized xq0, wq0;
-    single_linear(QS_RECIPE_CURRENT, &X, &W, &Y, &xq0, &wq0);
-    split(&W, n, ws, pw);
-    for (int r = 0; r < n; r++)
-        px[r] = &X;
-
-    qs_dist_world w;
-    make_world(&w, n);
-    qs_scope_token tok[QS_DIST_MAX_RANKS];
-    enter(&w, QS_RECIPE_CURRENT, 1, tok);
-    rank_quantizers q;
-    init_quantizers(&q, n, QS_RECIPE_CURRENT);
-    qs_linear_options opt;
-    qs_linear_options_default(&opt, QS_RECIPE_CURRENT);
-    qs_tensor y[QS_DIST_MAX_RANKS];
-    qs_quantized xq[QS_DIST_MAX_RANKS], wq[QS_DIST_MAX_RANKS];
-    qs_dist_linear_record rec[QS_DIST_MAX_RANKS];
-    ck_assert_int_eq(
-        qs_dist_linear_forward(NULL, &w, QS_DIST_TENSOR, &opt, q.px, q.pw, px, pw, y, xq, wq, rec),
-        QS_OK);
+    lin_fixture *f =
+        lin_setup(n, &(lin_spec){QS_RECIPE_CURRENT, QS_DIST_TENSOR, 12, 64, 36, 21, 0, 22, 5});
+    lin_forward(f, 1);
     for (int r = 0; r < n; r++) {
-        int64_t n0 = row_offset(NO, n, r);
+        int64_t n0 = row_offset(f->sp.NO, n, r);
+        const qs_quantized *wq = &f->wq[r], *w0 = &f->wq0;
         /* [DIST-LINEAR-TP]: the weight's scale is the unsharded W's ... */
-        ck_assert_uint_eq(bits(wq[r].global_enc[QS_DIR_ROW]), bits(wq0.global_enc[QS_DIR_ROW]));
-        ck_assert_uint_eq(bits(rec[r].w.scale), bits(wq0.global_enc[QS_DIR_ROW]));
-        ck_assert_uint_eq(bits(rec[r].w.amax[QS_DIR_ROW]), bits(wq0.amax[QS_DIR_ROW]));
-        ck_assert_int_eq(rec[r].w.group, 1);
-        assert_rows_equal(&wq[r].data[QS_DIR_ROW], &wq0.data[QS_DIR_ROW], n0, "w codes");
+        ck_assert_uint_eq(bits(wq->global_enc[QS_DIR_ROW]), bits(w0->global_enc[QS_DIR_ROW]));
+        ck_assert_uint_eq(bits(f->rec[r].w.scale), bits(w0->global_enc[QS_DIR_ROW]));
+        ck_assert_uint_eq(bits(f->rec[r].w.amax[QS_DIR_ROW]), bits(w0->amax[QS_DIR_ROW]));
+        ck_assert_int_eq(f->rec[r].w.group, 1);
+        assert_rows_equal(&wq->data[QS_DIR_ROW], &w0->data[QS_DIR_ROW], n0, "w codes");
         /* ... and the output is its block of columns of the unsharded Y, bitwise. */
-        assert_cols_equal(&y[r], &Y, n0, "y columns");
+        assert_cols_equal(&f->y[r], &f->Y, n0, "y columns");
     }
     if (n > 1)
-        ck_assert_uint_ne(bits(single_current_scale(&ws[0], QS_ROLE_WEIGHT)),
-                          bits(wq0.global_enc[QS_DIR_ROW]));
-    free_linear(n, y, xq, wq);
+        ck_assert_uint_ne(bits(single_current_scale(&f->parts[0], QS_ROLE_WEIGHT)),
+                          bits(f->wq0.global_enc[QS_DIR_ROW]));
+    free_linear(n, f->y, f->xq, f->wq); /* zeroed: the teardown's free is a no-op */
 
     /* The replicated x must be the same on every rank. */
     if (n > 1) {
         qs_tensor X2;
-        ck_assert_int_eq(qs_tensor_clone(NULL, &X2, &X), QS_OK);
+        ck_assert_int_eq(qs_tensor_clone(NULL, &X2, &f->X), QS_OK);
         set_bf16(&X2, 0, 0, 1000.0f);
-        px[n - 1] = &X2;
+        f->px[n - 1] = &X2;
         qs_ctx *ctx = qs_ctx_new();
-        int64_t before = qs_dist_world_group(&w, 1)->reductions;
-        ck_assert_int_eq(qs_dist_linear_forward(ctx, &w, QS_DIST_TENSOR, &opt, q.px, q.pw, px, pw,
-                                                y, xq, wq, NULL),
+        int64_t before = lin_reductions(f);
+        ck_assert_int_eq(qs_dist_linear_forward(ctx, &f->w, QS_DIST_TENSOR, &f->opt, f->q.px,
+                                                f->q.pw, f->px, f->pw, f->y, f->xq, f->wq, NULL),
                          QS_ERR_INVALID_ARG);
         ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "DIST-LINEAR-TP"));
-        ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, before);
+        ck_assert_int_eq(lin_reductions(f), before);
         qs_ctx_free(ctx);
         qs_tensor_free(&X2);
     }
-    leave(&w, tok);
-    free_quantizers(&q, n);
-    free_parts(ws, n);
-    qs_quantized_free(&xq0);
-    qs_quantized_free(&wq0);
-    qs_tensor_free(&X);
-    qs_tensor_free(&W);
-    qs_tensor_free(&Y);
-    qs_dist_world_free(&w);
+    lin_teardown(f);
 }
 END_TEST
 
@@ -880,104 +875,80 @@ END_TEST
 START_TEST(test_replay_uses_the_recorded_scales_and_reduces_nothing)
 {
     int n = NRANKS(_i);
-    const int64_t M = 32, K = 64, NO = 16;
     for (int kind = QS_RECIPE_DELAYED; kind <= QS_RECIPE_CURRENT; kind++) {
-        qs_tensor X, W, xs[QS_DIST_MAX_RANKS];
-        const qs_tensor *px[QS_DIST_MAX_RANKS], *pw[QS_DIST_MAX_RANKS];
-        make_bf16(&X, M, K, 500, 5);
-        make_bf16(&W, NO, K, 501, 0);
-        split(&X, n, xs, px);
-        for (int r = 0; r < n; r++)
-            pw[r] = &W;
-        qs_dist_world w;
-        make_world(&w, n);
-        qs_dist_group *g = qs_dist_world_group(&w, 1);
-        qs_scope_token tok[QS_DIST_MAX_RANKS];
-        enter(&w, (qs_recipe_kind)kind, 1, tok);
-        rank_quantizers q;
-        init_quantizers(&q, n, (qs_recipe_kind)kind);
+        lin_fixture *f = lin_setup(
+            n, &(lin_spec){(qs_recipe_kind)kind, QS_DIST_SEQUENCE, 32, 64, 16, 500, 5, 501, 0});
+        rank_quantizers *q = &f->q;
         if (kind == QS_RECIPE_DELAYED) /* a state that is not the initial one */
             for (int r = 0; r < n; r++) {
-                q.x[r].ds.scale = 32.0f;
-                q.x[r].ds.scale_inv = 1.0f / 32.0f;
+                q->x[r].ds.scale = 32.0f;
+                q->x[r].ds.scale_inv = 1.0f / 32.0f;
             }
-        qs_linear_options opt;
-        qs_linear_options_default(&opt, (qs_recipe_kind)kind);
-        qs_tensor y[QS_DIST_MAX_RANKS];
-        qs_quantized xq[QS_DIST_MAX_RANKS], wq[QS_DIST_MAX_RANKS];
-        qs_dist_linear_record rec[QS_DIST_MAX_RANKS];
-        ck_assert_int_eq(qs_dist_linear_forward(NULL, &w, QS_DIST_SEQUENCE, &opt, q.px, q.pw, px,
-                                                pw, y, xq, wq, rec),
-                         QS_OK);
+        lin_forward(f, 1);
         if (kind == QS_RECIPE_DELAYED) /* the step's update moves the live scales */
             for (int t = 0; t < 2; t++) {
                 qs_quantizer *key[QS_DIST_MAX_RANKS];
                 for (int r = 0; r < n; r++)
-                    key[r] = t ? &q.w[r] : &q.x[r];
-                ck_assert_int_eq(qs_dist_delayed_update(NULL, &w, 1, 1, key), QS_OK);
-                ck_assert_uint_ne(bits(q.x[0].ds.scale), bits(32.0f));
+                    key[r] = t ? &q->w[r] : &q->x[r];
+                ck_assert_int_eq(qs_dist_delayed_update(NULL, &f->w, 1, 1, key), QS_OK);
+                ck_assert_uint_ne(bits(q->x[0].ds.scale), bits(32.0f));
             }
-        int64_t count = g->reductions;
+        int64_t count = lin_reductions(f);
         /* The other ranks' data changes before the backward. */
         for (int r = 1; r < n; r++)
-            for (size_t i = 0; i < xs[r].numel; i++)
-                ((uint16_t *)xs[r].data)[i] =
-                    qs_f32_to_bf16(qs_bf16_to_f32(((uint16_t *)xs[r].data)[i]) * 1024.0f);
+            for (size_t i = 0; i < f->parts[r].numel; i++) {
+                uint16_t *h = (uint16_t *)f->parts[r].data + i;
+                *h = qs_f32_to_bf16(qs_bf16_to_f32(*h) * 1024.0f);
+            }
         for (int r = 0; r < n; r++) {
             float hist[4];
-            memcpy(hist, q.x[r].ds.history ? q.x[r].ds.history : (float[4]){0}, sizeof hist);
+            memcpy(hist, q->x[r].ds.history ? q->x[r].ds.history : (float[4]){0}, sizeof hist);
             qs_tensor yr;
             qs_quantized xr, wr;
             qs_tensor x0;
-            row_block(&X, row_offset(M, n, r), row_offset(M, n, r + 1), &x0);
+            row_block(&f->X, row_offset(f->sp.M, n, r), row_offset(f->sp.M, n, r + 1), &x0);
             /* [DIST-REPLAY]: rank r replays alone from its own recorded input. */
-            ck_assert_int_eq(qs_dist_linear_replay(w.rank[r], &opt, q.px[r], q.pw[r], &rec[r], &x0,
-                                                   &W, &yr, &xr, &wr),
+            ck_assert_int_eq(qs_dist_linear_replay(f->w.rank[r], &f->opt, q->px[r], q->pw[r],
+                                                   &f->rec[r], &x0, &f->W, &yr, &xr, &wr),
                              QS_OK);
-            assert_same_tensor(&yr, &y[r], "replayed y");
-            assert_same_quantized(&xr, &xq[r], "replayed x");
-            assert_same_quantized(&wr, &wq[r], "replayed w");
+            assert_same_tensor(&yr, &f->y[r], "replayed y");
+            assert_same_quantized(&xr, &f->xq[r], "replayed x");
+            assert_same_quantized(&wr, &f->wq[r], "replayed w");
             if (kind == QS_RECIPE_DELAYED) /* the replay's amax reaches no live history */
-                ck_assert(memcmp(hist, q.x[r].ds.history, sizeof hist) == 0);
+                ck_assert(memcmp(hist, q->x[r].ds.history, sizeof hist) == 0);
             qs_tensor_free(&yr);
             qs_quantized_free(&xr);
             qs_quantized_free(&wr);
             qs_tensor_free(&x0);
         }
-        ck_assert_int_eq(g->reductions, count); /* [DIST-COUNT]: a replay reduces nothing */
+        ck_assert_int_eq(lin_reductions(f), count); /* [DIST-COUNT]: a replay reduces nothing */
         if (n > 1 && kind == QS_RECIPE_CURRENT) {
             /* Non-vacuous: a fresh forward now would give rank 0 another scale. */
             qs_tensor y2[QS_DIST_MAX_RANKS];
             qs_quantized xq2[QS_DIST_MAX_RANKS], wq2[QS_DIST_MAX_RANKS];
-            ck_assert_int_eq(qs_dist_linear_forward(NULL, &w, QS_DIST_SEQUENCE, &opt, q.px, q.pw,
-                                                    px, pw, y2, xq2, wq2, NULL),
+            ck_assert_int_eq(qs_dist_linear_forward(NULL, &f->w, QS_DIST_SEQUENCE, &f->opt, q->px,
+                                                    q->pw, f->px, f->pw, y2, xq2, wq2, NULL),
                              QS_OK);
             ck_assert_uint_ne(bits(xq2[0].global_enc[QS_DIR_ROW]),
-                              bits(xq[0].global_enc[QS_DIR_ROW]));
+                              bits(f->xq[0].global_enc[QS_DIR_ROW]));
             free_linear(n, y2, xq2, wq2);
             /* The plain quantization's replay: recorded amax and scale, no reduction. */
             qs_recipe_config cfg = config(QS_RECIPE_CURRENT, QS_ROLE_INPUT);
             qs_quantized fwd[QS_DIST_MAX_RANKS], rep;
             qs_dist_record qrec[QS_DIST_MAX_RANKS];
-            ck_assert_int_eq(qs_dist_quantize(NULL, &w, &cfg, px, fwd, qrec), QS_OK);
-            count = g->reductions;
+            ck_assert_int_eq(qs_dist_quantize(NULL, &f->w, &cfg, f->px, fwd, qrec), QS_OK);
+            count = lin_reductions(f);
             for (int r = 1; r < n; r++)
-                set_bf16(&xs[r], 0, 0, 3.0e30f);
-            ck_assert_int_eq(qs_dist_quantize_replay(w.rank[0], &cfg, &qrec[0], px[0], &rep),
+                set_bf16(&f->parts[r], 0, 0, 3.0e30f);
+            ck_assert_int_eq(qs_dist_quantize_replay(f->w.rank[0], &cfg, &qrec[0], f->px[0], &rep),
                              QS_OK);
             assert_same_quantized(&rep, &fwd[0], "replayed quantization");
-            ck_assert_int_eq(g->reductions, count);
+            ck_assert_int_eq(lin_reductions(f), count);
             qs_quantized_free(&rep);
             for (int r = 0; r < n; r++)
                 qs_quantized_free(&fwd[r]);
         }
-        leave(&w, tok);
-        free_linear(n, y, xq, wq);
-        free_quantizers(&q, n);
-        free_parts(xs, n);
-        qs_tensor_free(&X);
-        qs_tensor_free(&W);
-        qs_dist_world_free(&w);
+        lin_teardown(f);
     }
 }
 END_TEST
