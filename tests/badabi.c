@@ -7,8 +7,7 @@
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);
 
 static qs_backend table = {
-    99u, sizeof(qs_backend), "badabi", "0", 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL};
+    .abi_version = 99u, .struct_size = sizeof(qs_backend), .name = "badabi", .version = "0"};
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version)
 {

@@ -544,22 +544,22 @@ static const char *example_device(void *state)
     return "host CPU (example plugin)";
 }
 
-static const qs_backend example_table = {QS_BACKEND_ABI_VERSION,
-                                         sizeof(qs_backend),
-                                         "example",
-                                         "1.0",
-                                         QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR |
-                                             QS_CAP_DIST,
-                                         example_open,
-                                         example_close,
-                                         example_device,
-                                         example_cast,
-                                         example_quantize,
-                                         NULL,
-                                         example_gemm,
-                                         example_dist_id,
-                                         example_dist_join,
-                                         example_allreduce};
+static const qs_backend example_table = {
+    .abi_version = QS_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(qs_backend),
+    .name = "example",
+    .version = "1.0",
+    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR | QS_CAP_DIST,
+    .open = example_open,
+    .close = example_close,
+    .device = example_device,
+    .cast = example_cast,
+    .quantize = example_quantize,
+    .gemm = example_gemm,
+    .dist_id = example_dist_id,
+    .dist_join = example_dist_join,
+    .allreduce_amax = example_allreduce,
+};
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);
 

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "attn_params.h"
 #include "recipe.h"
 #include "scope.h"
 #include "status.h"
@@ -20,38 +21,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- SDPA */
 
-/* Token layouts [ATTN-LAYOUT-SBHD] [ATTN-LAYOUT-BSHD] [ATTN-LAYOUT-THD]. */
-typedef enum qs_attn_layout {
-    QS_ATTN_SBHD = 0, /* [s, b, h, d] */
-    QS_ATTN_BSHD,     /* [b, s, h, d] */
-    QS_ATTN_THD,      /* [t, h, d], sequences packed along t, delimited by cu_seqlens */
-    QS_ATTN_LAYOUT_COUNT
-} qs_attn_layout;
-
-/* Masks [ATTN-MASK-NONE] [ATTN-MASK-CAUSAL] (causal is top-left aligned). */
-typedef enum qs_attn_mask {
-    QS_ATTN_MASK_NONE = 0,
-    QS_ATTN_MASK_CAUSAL,
-    QS_ATTN_MASK_COUNT
-} qs_attn_mask;
-
-/* The shape and options of one SDPA call [ATTN-SHAPES].
- * sbhd/bshd: b sequences, each sq query and sk key tokens.
- * thd: b sequences; cu_seqlens_q/kv (b+1 int32 prefix sums, from 0) give the lengths;
- *   cu_seqlens_q/kv_padded (NULL: the same as cu_seqlens) give where each sequence starts
- *   in the packed arrays [ATTN-LAYOUT-THD-PADDED]; sq and sk are the packed token counts
- *   (the last padded entry). */
-typedef struct qs_sdpa_params {
-    qs_attn_layout layout;
-    qs_attn_mask mask;
-    int64_t b, sq, sk;
-    int64_t h, hkv; /* query heads and key/value heads; h % hkv == 0 [ATTN-GQA] */
-    int64_t d, dv;  /* q/k head dim and v head dim */
-    const int32_t *cu_seqlens_q, *cu_seqlens_kv;
-    const int32_t *cu_seqlens_q_padded, *cu_seqlens_kv_padded;
-    float scale;    /* 0 selects the default qs_rsqrtf((float)d) [ATTN-SCALE] */
-    qs_dtype dtype; /* QS_FP32, QS_BF16 or QS_FP16: of q, k, v, o, do, dq, dk, dv */
-} qs_sdpa_params;
+/* qs_attn_layout, qs_attn_mask and qs_sdpa_params: qspec/attn_params.h. */
 
 /* Forward [ATTN-FWD]: o (q tokens x h x dv, in the layout) and lse (q tokens x h, FP32,
  * natural log [ATTN-LSE]; may be NULL). Returns QS_ERR_INVALID_ARG for a null pointer, bad
@@ -69,19 +39,7 @@ float qs_sdpa_scale(const qs_sdpa_params *p);
 
 /* ---------------------------------------------------------------- Gated DeltaNet */
 
-/* The shape and options of one GDN call [GDN-SHAPES].
- * Dense: q, k [b, t, h, dk]; v, o [b, t, hv, dv]; g, beta [b, t, hv]; states
- *   [b, hv, dk, dv]. Varlen [GDN-VARLEN]: cu_seqlens non-NULL, b+1 int32 prefix sums;
- *   arrays are packed [t, ...] with t = cu_seqlens[b] tokens; states [b, hv, dk, dv]. */
-typedef struct qs_gdn_params {
-    int64_t b, t;
-    int64_t h, hv;  /* q/k heads and value heads; hv % h == 0 [GDN-GVA] */
-    int64_t dk, dv; /* key and value head dims */
-    const int32_t *cu_seqlens;
-    float scale;       /* 0 selects the default qs_rsqrtf((float)dk) [GDN-SCALE] */
-    int use_qk_l2norm; /* nonzero: q and k are l2-normalized first [GDN-L2NORM] */
-    qs_dtype dtype;    /* QS_FP32, QS_BF16 or QS_FP16: of q, k, v, o, do, dq, dk, dv */
-} qs_gdn_params;
+/* qs_gdn_params: qspec/attn_params.h. */
 
 /* The normative token recurrence [GDN-RECURRENCE]: o from q, k, v, g (natural-log decay,
  * FP32), beta (FP32) and h0 (FP32 initial state, NULL for zeros); ht (FP32 final state)

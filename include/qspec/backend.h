@@ -6,15 +6,16 @@
  * Slots are only ever appended to the table: struct_size says which of them a plugin's
  * table holds, so a plugin built against an older header still loads and its missing
  * slots count as NULL (QS_BACKEND_HAS_SLOT).
- * This header depends only on status.h, tensor.h, format.h, recipe.h and gemm.h (for their
- * types; a plugin never links libqspec), so a vendor builds a plugin against the installed
- * headers alone. */
+ * This header depends only on status.h, tensor.h, format.h, recipe.h, gemm.h and
+ * attn_params.h (for their types; a plugin never links libqspec), so a vendor builds a plugin
+ * against the installed headers alone. */
 #ifndef QSPEC_BACKEND_H
 #define QSPEC_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn_params.h"
 #include "format.h"
 #include "gemm.h"
 #include "recipe.h"
@@ -44,6 +45,13 @@ extern "C" {
 /* Distributed runs (spec/distributed.md [DIST-BACKEND]): the dist_id, dist_join and
  * allreduce_amax slots, and quantize honours qs_quantize_args.given_amax. */
 #define QS_CAP_DIST (UINT64_C(1) << 11)
+/* The cast16 slot: casts to every element format, 16-bit codes included, with per-element
+ * random bits for stochastic rounding. */
+#define QS_CAP_CAST16 (UINT64_C(1) << 12)
+/* The sdpa_fwd and sdpa_bwd slots (softmax attention, spec/attention.md [ATTN-*]). */
+#define QS_CAP_SDPA (UINT64_C(1) << 13)
+/* The gdn_fwd and gdn_bwd slots (Gated DeltaNet, spec/attention.md [GDN-*]). */
+#define QS_CAP_GDN (UINT64_C(1) << 14)
 
 /* The most bytes of a distributed run's id (dist_id). */
 #define QS_DIST_ID_MAX 256
@@ -133,6 +141,57 @@ typedef struct qs_gemm_args {
     size_t why_len;
 } qs_gemm_args;
 
+/* A conversion request of the cast16 slot: n FP32 values to codes of any element format
+ * dt, BF16 and FP16 included, one 16-bit code per element (8-bit and narrower formats in
+ * the low bits; E2M1 one code per element, not packed). Under QS_ROUND_SR, sr_bits holds n
+ * random words, one per element, used as qs_cast_mode.sr_bits is for one value
+ * ([FMT-ROUND-SR]); it is NULL under every other rounding. */
+typedef struct qs_cast16_args {
+    qs_dtype dtype;
+    qs_round round;
+    qs_overflow overflow;
+    size_t n;
+    const float *in;
+    const uint32_t *sr_bits;
+    uint16_t *out;
+} qs_cast16_args;
+
+/* A softmax-attention request [CASE-OP-SDPA] (spec/attention.md): p as for qs_sdpa_fwd,
+ * except that the kit resolves the scale (p.scale is never 0) and the cu_seqlens arrays it
+ * points to are host memory. Tensors are host FP32 arrays holding values of p.dtype, in the
+ * layout p.layout names: q [tokens, h, d], k [tokens, hkv, d], v [tokens, hkv, dv]. The
+ * kit allocates every output. Forward (sdpa_fwd) writes o [q tokens, h, dv], rounded to
+ * p.dtype as [ATTN-FWD] states, and lse [q tokens, h] (FP32, natural log) when lse is not
+ * NULL. Backward (sdpa_bwd) reads o and dout and writes dq, dk, dv (rounded to p.dtype).
+ * A slot that cannot honour a request (a head dim, a layout) answers QS_ERR_UNSUPPORTED;
+ * on an error or a refusal it may write a one-line reason into why[0..why_len). */
+typedef struct qs_sdpa_args {
+    qs_sdpa_params p;
+    const float *q, *k, *v;
+    float *o, *lse;    /* forward outputs; backward: o is an input, lse unused */
+    const float *dout; /* backward only */
+    float *dq, *dk, *dv;
+    char *why;
+    size_t why_len;
+} qs_sdpa_args;
+
+/* A Gated DeltaNet request [CASE-OP-GDN] (spec/attention.md): p as for qs_gdn_fwd, except
+ * that the kit resolves the scale (never 0) and cu_seqlens (NULL for dense inputs) is host
+ * memory. Tensors are host FP32 arrays: q, k, v, o, dout, dq, dk, dv hold values of p.dtype;
+ * g, beta, states and their gradients are FP32 [GDN-STATE-FP32]. h0 and dht may be NULL
+ * (zeros), ht and dh0 may be NULL (not wanted). gdn_fwd writes o and ht; gdn_bwd reads
+ * dout and dht and writes dq, dk, dv, dg, dbeta and dh0. Refusals and reasons as for
+ * qs_sdpa_args. */
+typedef struct qs_gdn_args {
+    qs_gdn_params p;
+    const float *q, *k, *v, *g, *beta, *h0;
+    float *o, *ht;                          /* forward outputs */
+    const float *dout, *dht;                /* backward inputs */
+    float *dq, *dk, *dv, *dg, *dbeta, *dh0; /* backward outputs */
+    char *why;
+    size_t why_len;
+} qs_gdn_args;
+
 typedef struct qs_backend {
     uint32_t abi_version; /* QS_BACKEND_ABI_VERSION */
     uint32_t struct_size; /* sizeof(qs_backend) as the plugin was built */
@@ -169,6 +228,16 @@ typedef struct qs_backend {
     qs_status (*dist_join)(void *state, int nranks, int rank, const void *id, size_t len, char *why,
                            size_t why_len);
     qs_status (*allreduce_amax)(void *state, int64_t n, float *amax, char *why, size_t why_len);
+
+    /* Appended to ABI v1: the wide cast (QS_CAP_CAST16), softmax attention (QS_CAP_SDPA)
+     * and Gated DeltaNet (QS_CAP_GDN), forward and backward. The engine runs a program's
+     * sdpa, mla and gdn ops through these slots on a plugin (spec/cases.md
+     * [CASE-KERNEL-TABLE]). */
+    qs_status (*cast16)(void *state, const qs_cast16_args *args);
+    qs_status (*sdpa_fwd)(void *state, qs_sdpa_args *args);
+    qs_status (*sdpa_bwd)(void *state, qs_sdpa_args *args);
+    qs_status (*gdn_fwd)(void *state, qs_gdn_args *args);
+    qs_status (*gdn_bwd)(void *state, qs_gdn_args *args);
 } qs_backend;
 
 /* The size of a v1 table built before the gemm slot was appended: the smallest struct_size
