@@ -199,7 +199,7 @@ static qs_status plain_operand(qs_ctx *ctx, const gemm_case *g, const qs_tensor 
                                                    : qs_encode_e5m2(r[j], QS_OVF_SATFINITE);
     }
     qs_gemm_scaling mode = g->operand >= 2 ? QS_GEMM_SCALE_TENSOR : QS_GEMM_SCALE_NONE;
-    o->op[i] = (qs_gemm_operand){r, mode, NULL, 1.0f};
+    o->op[i] = (qs_gemm_operand){r, mode, NULL, 1.0f, operand_dtypes[g->operand]};
     o->coded[i] = (qs_gemm_coded_operand){mode, &o->codes[i], NULL, 1.0f};
     return QS_OK;
 }

@@ -4,6 +4,7 @@
  * FP32 epilogue [GEMM-ALPHA-BETA] and the output rounding [GEMM-OUT-ROUND]. The exact
  * model and the fused promotion use a wide fixed-point accumulator (qsi_xacc) whose width
  * is proved in spec/gemm.md [GEMM-ACC-EXACT-WIDTH]; gemm_bound is [GEMM-BOUND]. */
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -273,6 +274,7 @@ typedef struct qsi_dot {
     int64_t k, group, ngroups;
     const float *sa, *sb;
     float ta, tb, alpha, beta, c;
+    int emin_a, emin_b; /* exponent clamps of the operands' formats [GEMM-ACC-HOPPER-ALIGN] */
     int64_t promote;
     const qsi_outfmt *out;
     qsi_xacc *x;
@@ -285,8 +287,10 @@ static float group_scale(const float *s, int64_t g)
 
 /* The FP32 epilogue of the non-exact models and the output rounding [GEMM-ALPHA-BETA]
  * [GEMM-OUT-ROUND]: t = fl(alpha * fl(ta * tb)); z = fl(t * acc); z = fl(z + fl(beta*c))
- * when beta != 0; then one rounding of z to the output dtype. */
-static float epilogue(const qsi_dot *d, float acc)
+ * when beta != 0, else, with plus_zero set (the Hopper epilogue [GEMM-HOPPER-EPILOGUE]),
+ * z = fl(z + (+0)), so that an exact zero is +0 whatever the signs; then one rounding of
+ * z to the output dtype. */
+static float epilogue(const qsi_dot *d, float acc, int plus_zero)
 {
     float tab = d->ta * d->tb;
     float t = d->alpha * tab;
@@ -294,6 +298,8 @@ static float epilogue(const qsi_dot *d, float acc)
     if (d->beta != 0.0f) {
         float bc = d->beta * d->c;
         z = z + bc;
+    } else if (plus_zero) {
+        z = z + 0.0f;
     }
     return round_out_f64((double)z, d->out);
 }
@@ -390,40 +396,51 @@ static float model_fp32_seq(const qsi_dot *d)
         }
         acc = fma32(sg, part, acc, d->x);
     }
-    return epilogue(d, acc);
+    return epilogue(d, acc, 0);
+}
+
+/* floor(log2 |v|) of a nonzero finite v, at least emin [GEMM-ACC-HOPPER-ALIGN]. */
+static int clamped_exp(double v, int emin)
+{
+    int e;
+    frexp(v, &e);
+    return e - 1 < emin ? emin : e - 1;
 }
 
 /* [GEMM-ACC-HOPPER] one 32-wide step: the exact products of k0..k1-1 and the running
- * partial c, aligned to the largest exponent among them, each truncated toward zero to
- * 13 fraction bits of that exponent, summed exactly, and the sum truncated (RZ) to 13
- * fraction bits of its own leading bit. Values are held exactly in FP64. */
-static double hopper_step(const float *a, const float *b, int64_t k0, int64_t k1, double c)
+ * partial c, aligned to E = the largest of e_a + e_b over the nonzero products (each
+ * operand's exponent clamped at its format's smallest normal exponent) and of
+ * floor(log2 |c|) [GEMM-ACC-HOPPER-ALIGN]; each truncated toward zero to a multiple of
+ * 2^(E-13), summed exactly, and the sum truncated (RZ) to 13 fraction bits of its own
+ * leading bit. Values are held exactly in FP64. */
+static double hopper_step(const qsi_dot *d, int64_t k0, int64_t k1, double c)
 {
     double prod[32];
     int n = 0, emax = INT32_MIN, finite = isfinite(c);
     double special = c;
     for (int64_t k = k0; k < k1; k++, n++) {
-        prod[n] = (double)a[k] * (double)b[k];
+        prod[n] = (double)d->a[k] * (double)d->b[k];
         finite &= isfinite(prod[n]);
         special += prod[n];
-    }
-    if (!finite)
-        return special; /* [GEMM-NONFINITE]: the IEEE class of the sum */
-    for (int i = 0; i <= n; i++) {
-        double v = i < n ? prod[i] : c;
-        int e;
-        if (v != 0.0) {
-            frexp(v, &e);
+        if (prod[n] != 0.0) {
+            int e = clamped_exp(d->a[k], d->emin_a) + clamped_exp(d->b[k], d->emin_b);
             emax = e > emax ? e : emax;
         }
     }
+    if (!finite)
+        return special; /* [GEMM-NONFINITE]: the IEEE class of the sum */
+    if (c != 0.0) {
+        int e = clamped_exp(c, INT32_MIN);
+        emax = e > emax ? e : emax;
+    }
     if (emax == INT32_MIN)
         return 0.0;
-    int q = (emax - 1) - 13; /* weight of the last kept fraction bit */
+    assert(n <= 32);
+    int q = emax - 13; /* weight of the last kept fraction bit */
     int64_t sum = 0;
     for (int i = 0; i <= n; i++) {
         double v = i < n ? prod[i] : c;
-        sum += (int64_t)ldexp(v, -q); /* the cast truncates toward zero */
+        sum += (int64_t)ldexp(v, -q); /* the cast truncates toward zero; |v| < 2^(E+2) */
     }
     uint64_t mag = sum < 0 ? (uint64_t)(-sum) : (uint64_t)sum;
     int bits = 0;
@@ -436,11 +453,11 @@ static double hopper_step(const float *a, const float *b, int64_t k0, int64_t k1
 }
 
 /* One tensor-core partial over k0..k1-1, starting from zero. */
-static float hopper_partial(const float *a, const float *b, int64_t k0, int64_t k1)
+static float hopper_partial(const qsi_dot *d, int64_t k0, int64_t k1)
 {
     double c = 0.0;
     for (int64_t s = k0; s < k1; s += 32)
-        c = hopper_step(a, b, s, s + 32 < k1 ? s + 32 : k1, c);
+        c = hopper_step(d, s, s + 32 < k1 ? s + 32 : k1, c);
     return (float)c;
 }
 
@@ -458,12 +475,12 @@ static float model_hopper(const qsi_dot *d)
             int64_t s1 = k1;
             if (d->promote > 0 && (k0 / d->promote + 1) * d->promote < s1)
                 s1 = (k0 / d->promote + 1) * d->promote;
-            float part = hopper_partial(d->a, d->b, k0, s1);
+            float part = hopper_partial(d, k0, s1);
             acc = fma32(sg, part, acc, d->x);
             k0 = s1;
         }
     }
-    float y = epilogue(d, acc);
+    float y = epilogue(d, acc, 1);
     return isnan(y) ? f32_from_bits(QSI_NAN_HOPPER) : y;
 }
 
@@ -607,6 +624,20 @@ static void dot_at(qsi_dot *d, const qs_gemm_params *p, const qs_gemm_operand *a
     d->c = p->beta != 0.0f ? c[m * p->n + n] : 0.0f;
 }
 
+/* The smallest normal exponent of an operand's element format, the clamp of
+ * [GEMM-ACC-HOPPER-ALIGN]; no clamp (INT32_MIN) for a format the rule does not name. */
+static int elem_emin(qs_dtype elem)
+{
+    switch (elem) {
+    case QS_E4M3:
+        return -6;
+    case QS_E5M2:
+        return -14;
+    default:
+        return INT32_MIN;
+    }
+}
+
 static void dot_init(qsi_dot *d, const qs_gemm_params *p, const qs_gemm_operand *a,
                      const qs_gemm_operand *b, qsi_xacc *x)
 {
@@ -621,6 +652,8 @@ static void dot_init(qsi_dot *d, const qs_gemm_params *p, const qs_gemm_operand 
     d->alpha = p->alpha;
     d->beta = p->beta;
     d->promote = p->acc.promote_every;
+    d->emin_a = elem_emin(a->elem);
+    d->emin_b = elem_emin(b->elem);
     d->out = outfmt_get(p->out_dtype);
     d->x = x;
 }

@@ -152,6 +152,7 @@ qs_status qs_linear_operand_from(qs_ctx *ctx, const qs_quantized *qz, qs_directi
     out->op.scaling = layouts[li].mode;
     out->op.block_scale = out->scales;
     out->op.tensor_scale = 1.0f;
+    out->op.elem = qz->elem;
     if (layouts[li].mode == QS_GEMM_SCALE_TENSOR)
         out->op.tensor_scale = qsi_f32_get(&qz->scale[dir], 0); /* scale_inv */
     if (layouts[li].mode == QS_GEMM_SCALE_NVFP4)
@@ -366,8 +367,8 @@ static qs_status hp_gemm(qs_ctx *ctx, const qs_tensor *a, int ta, const qs_tenso
     if (s == QS_OK)
         s = load_values(ctx, b, tb, &vb);
     if (s == QS_OK) {
-        qs_gemm_operand oa = {va, QS_GEMM_SCALE_NONE, NULL, 1.0f};
-        qs_gemm_operand ob = {vb, QS_GEMM_SCALE_NONE, NULL, 1.0f};
+        qs_gemm_operand oa = {va, QS_GEMM_SCALE_NONE, NULL, 1.0f, QS_DTYPE_INVALID};
+        qs_gemm_operand ob = {vb, QS_GEMM_SCALE_NONE, NULL, 1.0f, QS_DTYPE_INVALID};
         qs_gemm_acc acc = {QS_GEMM_ACC_FP32_SEQ, 0};
         s = run_gemm(ctx, &oa, &ob, m, n, k, acc, QS_BF16, out);
     }

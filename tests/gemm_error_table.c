@@ -92,8 +92,8 @@ static int table(int positive)
             x[i] = rand_normal(&seed, positive);
         float sa = quantize_e4m3(x, q, (size_t)(TM * k));
         float sb = quantize_e4m3(x + TM * k, q + TM * k, (size_t)(TN * k));
-        qs_gemm_operand a = {q, QS_GEMM_SCALE_TENSOR, NULL, sa};
-        qs_gemm_operand b = {q + TM * k, QS_GEMM_SCALE_TENSOR, NULL, sb};
+        qs_gemm_operand a = {q, QS_GEMM_SCALE_TENSOR, NULL, sa, QS_DTYPE_INVALID};
+        qs_gemm_operand b = {q + TM * k, QS_GEMM_SCALE_TENSOR, NULL, sb, QS_DTYPE_INVALID};
         qs_gemm_params p = {TM, TN, k, 1.0f, 0.0f, {QS_GEMM_ACC_EXACT, 0}, QS_FP32};
         if (qs_gemm(NULL, &p, &a, &b, NULL, yx) != QS_OK)
             return 1;

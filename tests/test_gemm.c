@@ -50,7 +50,7 @@ static qs_gemm_params params(int64_t m, int64_t n, int64_t k, qs_gemm_acc_kind k
 
 static qs_gemm_operand plain(const float *data)
 {
-    qs_gemm_operand op = {data, QS_GEMM_SCALE_NONE, NULL, 1.0f};
+    qs_gemm_operand op = {data, QS_GEMM_SCALE_NONE, NULL, 1.0f, QS_DTYPE_INVALID};
     return op;
 }
 
@@ -238,12 +238,80 @@ START_TEST(test_hopper_block_scaling_restarts_the_partial_every_group)
     fill(a, 256, 0x1p-6f);
     a[0] = 256.0f;
     const float s[2] = {1.0f, 1.0f};
-    qs_gemm_operand oa = {a, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f};
-    qs_gemm_operand ob = {b, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f};
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f, QS_DTYPE_INVALID};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f, QS_DTYPE_INVALID};
     qs_gemm_params p = params(1, 1, 256, QS_GEMM_ACC_HOPPER_FP8_TC, 0);
     float y;
     ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, &y), QS_OK);
     ASSERT_F32_EQ(y, 258.0f);
+}
+END_TEST
+
+/* [GEMM-ACC-HOPPER-ALIGN] The issue's probe, K = 32: the step aligns to e_a + e_b = 0, not
+ * to the exponent 1 of the product 1.875^2 = 3.515625, so the two 2^-13 terms survive
+ * (cuBLASLt on an H200: 0x1.c208p+1; aligning to the product's exponent gives 0x1.c2p+1). */
+START_TEST(test_hopper_aligns_to_the_sum_of_operand_exponents)
+{
+    float a[32] = {0}, b[32] = {0};
+    a[0] = 1.875f;
+    a[1] = a[2] = 0x1p-6f;
+    b[0] = 1.875f;
+    b[1] = b[2] = 0x1p-7f;
+    qs_gemm_params p = params(1, 1, 32, QS_GEMM_ACC_HOPPER_FP8_TC, 0);
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E4M3};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E4M3};
+    float y = 0.0f;
+    ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, &y), QS_OK);
+    ck_assert_float_eq(y, 0x1.c208p+1f);
+    p.acc.promote_every = 128; /* one segment all the same */
+    ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, &y), QS_OK);
+    ck_assert_float_eq(y, 0x1.c208p+1f);
+}
+END_TEST
+
+/* [GEMM-ACC-HOPPER-ALIGN] A subnormal operand's exponent counts as its format's smallest
+ * normal exponent: the E4M3 subnormal 2^-7 times 1 aligns the step to -6, not -7, so a
+ * 2^-20 product (2^-4 times the E5M2 subnormal 2^-16) falls below 2^(-6-13) and is lost.
+ * Without the clamp (no element format named) it is kept. */
+START_TEST(test_hopper_clamps_subnormal_operand_exponents)
+{
+    float a[2] = {0x1p-7f, 0x1p-4f}, b[2] = {1.0f, 0x1p-16f};
+    qs_gemm_params p = params(1, 1, 2, QS_GEMM_ACC_HOPPER_FP8_TC, 0);
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E4M3};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E5M2};
+    float y = 0.0f;
+    ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, &y), QS_OK);
+    ck_assert_float_eq(y, 0x1p-7f);
+    oa.elem = ob.elem = QS_DTYPE_INVALID;
+    ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, &y), QS_OK);
+    ck_assert_float_eq(y, 0x1p-7f + 0x1p-20f);
+    /* E5M2's clamp is -14: the E5M2 subnormal 2^-15 times 1 aligns to -14, and a 2^-28
+     * product (2^-13 times 2^-15) is below 2^(-14-13). */
+    float c[2] = {0x1p-15f, 0x1p-13f}, d[2] = {1.0f, 0x1p-15f};
+    qs_gemm_operand oc = {c, QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E5M2};
+    qs_gemm_operand od = {d, QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E5M2};
+    ck_assert_int_eq(qs_gemm(NULL, &p, &oc, &od, NULL, &y), QS_OK);
+    ck_assert_float_eq(y, 0x1p-15f);
+}
+END_TEST
+
+/* [GEMM-HOPPER-EPILOGUE] The Hopper epilogue adds +0: an exact zero sum times a negative
+ * scale is +0 (a plain multiply, as fp32_seq's epilogue does, gives -0). */
+START_TEST(test_hopper_epilogue_gives_plus_zero_for_an_exact_zero)
+{
+    float a[2] = {1.0f, -1.0f}, b[2] = {2.0f, 2.0f};
+    qs_gemm_params p = params(1, 1, 2, QS_GEMM_ACC_HOPPER_FP8_TC, 0);
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_TENSOR, NULL, -0.5f, QS_E4M3};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E4M3};
+    float y = 1.0f;
+    uint32_t bits;
+    ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, &y), QS_OK);
+    memcpy(&bits, &y, sizeof bits);
+    ck_assert_uint_eq(bits, 0x00000000u);
+    p.acc.kind = QS_GEMM_ACC_FP32_SEQ;
+    ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, &y), QS_OK);
+    memcpy(&bits, &y, sizeof bits);
+    ck_assert_uint_eq(bits, 0x80000000u);
 }
 END_TEST
 
@@ -445,8 +513,8 @@ START_TEST(test_tensor_scales_multiply_in_the_epilogue)
      * even), so fp32_seq gives 11 (1 + 2^-11) rounded = 11 + 11 x 2^-11 while exact gives
      * 11 (1 + 2^-11 + 2^-24) rounded once: 11 + 11 x 2^-11 + 11 x 2^-24 -> nearest FP32. */
     const float a[2] = {1, 2}, b[2] = {3, 4};
-    qs_gemm_operand oa = {a, QS_GEMM_SCALE_TENSOR, NULL, 0.5f};
-    qs_gemm_operand ob = {b, QS_GEMM_SCALE_TENSOR, NULL, 0.25f};
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_TENSOR, NULL, 0.5f, QS_DTYPE_INVALID};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_TENSOR, NULL, 0.25f, QS_DTYPE_INVALID};
     float y;
     for (int kind = 0; kind < QS_GEMM_ACC_COUNT; kind++) {
         qs_gemm_params p = params(1, 1, 2, (qs_gemm_acc_kind)kind, 0);
@@ -476,8 +544,8 @@ START_TEST(test_block_scales_index_rows_and_k_blocks)
     fill(a, 2 * 256, 1.0f);
     fill(b, 130 * 256, 1.0f);
     const float sa[4] = {2, 0.5f, 1, 3}, sb[4] = {4, 8, 16, 0.25f};
-    qs_gemm_operand oa = {a, QS_GEMM_SCALE_BLOCK_1X128, sa, 1.0f};
-    qs_gemm_operand ob = {b, QS_GEMM_SCALE_BLOCK_128X128, sb, 1.0f};
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_BLOCK_1X128, sa, 1.0f, QS_DTYPE_INVALID};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_BLOCK_128X128, sb, 1.0f, QS_DTYPE_INVALID};
     for (int kind = 0; kind < QS_GEMM_ACC_COUNT; kind++) {
         qs_gemm_params p = params(2, 130, 256, (qs_gemm_acc_kind)kind, 0);
         ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, y), QS_OK);
@@ -505,8 +573,8 @@ START_TEST(test_block_promotion_is_fused_with_a_rounded_scale_product)
     a[128] = 1.0f;
     a[129] = 0x1p-23f;
     const float s[2] = {1.0f, 1.0f + 0x1p-12f};
-    qs_gemm_operand oa = {a, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f};
-    qs_gemm_operand ob = {b, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f};
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f, QS_DTYPE_INVALID};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f, QS_DTYPE_INVALID};
     qs_gemm_params p = params(1, 1, 256, QS_GEMM_ACC_FP32_SEQ, 0);
     float y;
     ck_assert_int_eq(qs_gemm(NULL, &p, &oa, &ob, NULL, &y), QS_OK);
@@ -527,8 +595,8 @@ START_TEST(test_mx_scales_apply_per_32_along_k)
         a[k] = (float)(k + 1);
     fill(b, 64, 1.0f);
     const float sa[2] = {0x1p-3f, 4.0f}, sb[2] = {2.0f, 1.0f};
-    qs_gemm_operand oa = {a, QS_GEMM_SCALE_MX, sa, 1.0f};
-    qs_gemm_operand ob = {b, QS_GEMM_SCALE_MX, sb, 1.0f};
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_MX, sa, 1.0f, QS_DTYPE_INVALID};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_MX, sb, 1.0f, QS_DTYPE_INVALID};
     for (int kind = 0; kind < 2; kind++) {
         qs_gemm_params p = params(1, 1, 64, (qs_gemm_acc_kind)kind, 0);
         float y;
@@ -549,8 +617,8 @@ START_TEST(test_nvfp4_block_and_tensor_scales)
     fill(a + 16, 16, 0.5f);
     fill(b, 32, 1.0f);
     const float sa[2] = {1.5f, 0.75f}, sb[2] = {2.0f, 6.0f};
-    qs_gemm_operand oa = {a, QS_GEMM_SCALE_NVFP4, sa, 0x1p-4f};
-    qs_gemm_operand ob = {b, QS_GEMM_SCALE_NVFP4, sb, 0.5f};
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_NVFP4, sa, 0x1p-4f, QS_DTYPE_INVALID};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_NVFP4, sb, 0.5f, QS_DTYPE_INVALID};
     for (int kind = 0; kind < 2; kind++) {
         qs_gemm_params p = params(1, 1, 32, (qs_gemm_acc_kind)kind, 0);
         float y;
@@ -628,8 +696,8 @@ START_TEST(test_bound_holds_for_fp32_in_any_order)
      * tensor scale of 2^-3 x 0.75 applied in FP32, all lie within the bound of exact. */
     static float a[BM * BK], b[BN * BK];
     bound_data(a, b, 42);
-    qs_gemm_operand oa = {a, QS_GEMM_SCALE_TENSOR, NULL, 0x1p-3f};
-    qs_gemm_operand ob = {b, QS_GEMM_SCALE_TENSOR, NULL, 0.75f};
+    qs_gemm_operand oa = {a, QS_GEMM_SCALE_TENSOR, NULL, 0x1p-3f, QS_DTYPE_INVALID};
+    qs_gemm_operand ob = {b, QS_GEMM_SCALE_TENSOR, NULL, 0.75f, QS_DTYPE_INVALID};
     qs_gemm_params p = params(BM, BN, BK, QS_GEMM_ACC_FP32_SEQ, 0);
     float yx[BM * BN], y[BM * BN];
     double bound[BM * BN];
@@ -779,7 +847,8 @@ START_TEST(test_bad_arguments_are_rejected_with_a_message)
     ck_assert_int_eq(qs_gemm(ctx, &p, &oa, &ob, NULL, y), QS_ERR_INVALID_ARG);
     p.acc.promote_every = 128;
     ck_assert_int_eq(qs_gemm(ctx, &p, &oa, &ob, NULL, y), QS_OK);
-    qs_gemm_operand mx = {a, QS_GEMM_SCALE_MX, s, 1.0f}, mxb = {b, QS_GEMM_SCALE_MX, s, 1.0f};
+    qs_gemm_operand mx = {a, QS_GEMM_SCALE_MX, s, 1.0f, QS_DTYPE_INVALID},
+                    mxb = {b, QS_GEMM_SCALE_MX, s, 1.0f, QS_DTYPE_INVALID};
     ck_assert_int_eq(qs_gemm(ctx, &p, &mx, &mxb, NULL, y), QS_ERR_UNSUPPORTED);
     p.acc.kind = QS_GEMM_ACC_EXACT;
     p.acc.promote_every = 0;
@@ -815,6 +884,9 @@ int main(void)
     tcase_add_test(tc, test_hopper_sum_is_truncated_to_13_fraction_bits);
     tcase_add_test(tc, test_hopper_promotion_every_128_restarts_the_partial);
     tcase_add_test(tc, test_hopper_block_scaling_restarts_the_partial_every_group);
+    tcase_add_test(tc, test_hopper_aligns_to_the_sum_of_operand_exponents);
+    tcase_add_test(tc, test_hopper_clamps_subnormal_operand_exponents);
+    tcase_add_test(tc, test_hopper_epilogue_gives_plus_zero_for_an_exact_zero);
     tcase_add_test(tc, test_long_k_fp32_swamps_ones_behind_2p24);
     tcase_add_test(tc, test_exact_matches_an_independent_integer_sum);
     tcase_add_test(tc, test_exact_holds_extreme_exponents);

@@ -3,13 +3,15 @@
  * 1. Throughput: the FP8 tensorwise GEMM (E4M3 x E4M3, BF16 out) with fast and with split
  *    accumulation, and the BF16 GEMM (FP32 accumulation, BF16 out) the MXFP8/NVFP4 path
  *    uses, at 8192^3 (or M N K from the command line); CUDA events, warm-up, median.
- * 2. Agreement of the FP8 GEMM with the reference's hopper_fp8_tc model (spec/gemm.md
- *    [GEMM-ACC-HOPPER]): the crafted probes of research on Hopper accumulation, then random
- *    E4M3 operands (normal with sigma 4, and spread over 16 binades) at K = 256, 1024, 4096,
- *    both as a 128 x 128 corner of a 2048 x 2048 GEMM and as a whole 128 x 128 GEMM (cuBLASLt
- *    picks its kernel by shape), fast and split: fraction of outputs bitwise equal to the
- *    model, largest distance in FP32 ulps and in value, the fraction equal to fp32_seq, and
- *    the largest |y - y_exact| / gemm_bound (the constant a gemm_bound case would need).
+ * 2. Agreement of the FP8 GEMMs with the reference's hopper_fp8_tc model (spec/gemm.md
+ *    [GEMM-ACC-HOPPER], [GEMM-ACC-HOPPER-ALIGN], [GEMM-HOPPER-EPILOGUE]): the crafted probes
+ *    of research on Hopper accumulation, then a table over random operands (normal with
+ *    sigma 4, and spread over 16 binades): K = 32 ... 4096, fast and split accumulation,
+ *    FP32 and BF16 outputs, unit and non-unit tensor scales, E4M3 x E5M2 mixed operands,
+ *    no workspace (cuBLASLt cannot split K) and a 32 MiB one, a whole 128 x 128 GEMM and the
+ *    128 x 128 corner of larger ones, and the block-scaled modes (VEC128 x VEC128 and
+ *    VEC128 x BLK128, random non-power-of-two scales): the fraction of outputs bitwise equal
+ *    to the model and the largest distance in units in the last place.
  *
  * It is a tool, so it links libqspec for the models. Every CUDA and cuBLASLt status is
  * checked; a failure prints the call and exits 1. Usage: gemm_bench [M N K] [--no-agreement]
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <thread>
 #include <vector>
 
 #include "bench_common.cuh"
@@ -122,15 +125,16 @@ void throughput(int64_t M, int64_t N, int64_t K, const float *d_one)
     fill_e4m3<<<(unsigned)((na + 255) / 256), 256>>>(static_cast<uint8_t *>(a), na, 1u);
     fill_e4m3<<<(unsigned)((nb + 255) / 256), 256>>>(static_cast<uint8_t *>(b), nb, 2u);
     CHECK_CUDA(cudaGetLastError());
-    for (int fast = 1; fast >= 0; fast--) {
-        qc_lt_plan p;
-        qc_lt_desc desc = tn_desc(M, N, K, CUDA_R_8F_E4M3, CUDA_R_16BF, 1, fast, d_one);
-        CHECK_QS(qc_lt_plan_init(&p, g_h, desc, QC_LT_WORKSPACE, why, sizeof why));
-        double t = median_ms(p, a, b, d);
-        printf("| FP8 E4M3 x E4M3 -> BF16, %-13s | %8.3f | %8.1f |\n",
-               fast ? "fast accum" : "split accum", t, flop / (t * 1e-3) / 1e12);
-        qc_lt_plan_free(&p);
-    }
+    for (int ws0 = 0; ws0 <= 1; ws0++)
+        for (int fast = 1; fast >= 0; fast--) {
+            qc_lt_plan p;
+            qc_lt_desc desc = tn_desc(M, N, K, CUDA_R_8F_E4M3, CUDA_R_16BF, 1, fast, d_one);
+            CHECK_QS(qc_lt_plan_init(&p, g_h, desc, ws0 ? 0 : QC_LT_WORKSPACE, why, sizeof why));
+            double t = median_ms(p, a, b, d);
+            printf("| FP8 E4M3 x E4M3 -> BF16, %-5s, ws %-6s | %8.3f | %8.1f |\n",
+                   fast ? "fast" : "split", ws0 ? "0" : "32 MiB", t, flop / (t * 1e-3) / 1e12);
+            qc_lt_plan_free(&p);
+        }
     bench_fill_bf16<<<(unsigned)((na + 255) / 256), 256>>>(static_cast<uint16_t *>(a), na, 3u);
     bench_fill_bf16<<<(unsigned)((nb + 255) / 256), 256>>>(static_cast<uint16_t *>(b), nb, 4u);
     CHECK_CUDA(cudaGetLastError());
@@ -159,8 +163,8 @@ std::vector<float> gpu_gemm(const std::vector<uint8_t> &a, const std::vector<uin
     CHECK_CUDA(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice));
     qc_lt_plan p;
     qc_lt_desc desc = tn_desc(M, N, K, CUDA_R_8F_E4M3, CUDA_R_32F, 1, fast, d_one);
-    CHECK_QS(qc_lt_plan_init(&p, g_h, desc, QC_LT_WORKSPACE, why, sizeof why));
-    CHECK_QS(qc_lt_plan_run(&p, g_h, db, da, dd, g_ws, QC_LT_WORKSPACE, 0, why, sizeof why));
+    CHECK_QS(qc_lt_plan_init(&p, g_h, desc, 0, why, sizeof why)); /* no split K */
+    CHECK_QS(qc_lt_plan_run(&p, g_h, db, da, dd, nullptr, 0, 0, why, sizeof why));
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<float> y((size_t)(M * N));
     CHECK_CUDA(cudaMemcpy(y.data(), dd, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -186,8 +190,8 @@ std::vector<float> model(const std::vector<uint8_t> &a, const std::vector<uint8_
         va[i] = e4m3_value(a[i]);
     for (size_t i = 0; i < vb.size(); i++)
         vb[i] = e4m3_value(b[i]);
-    qs_gemm_operand oa = {va.data(), QS_GEMM_SCALE_TENSOR, NULL, 1.0f};
-    qs_gemm_operand ob = {vb.data(), QS_GEMM_SCALE_TENSOR, NULL, 1.0f};
+    qs_gemm_operand oa = {va.data(), QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E4M3};
+    qs_gemm_operand ob = {vb.data(), QS_GEMM_SCALE_TENSOR, NULL, 1.0f, QS_E4M3};
     qs_gemm_params p = {m, n, K, 1.0f, 0.0f, acc, QS_FP32};
     qs_ctx *ctx = qs_ctx_new();
     qs_status st = y_exact ? qs_gemm_bound(ctx, &p, &oa, &ob, NULL, y.data(), bound->data())
@@ -271,54 +275,253 @@ std::vector<uint8_t> random_codes(size_t n, uint64_t seed, int spread)
     return c;
 }
 
-void agreement(const float *d_one)
+/* One FP8 GEMM of the agreement table: E4M3 or E5M2 codes, tensorwise scales sa, sb or
+ * block scales (1x128 for a; 1x128 or 128x128 for b), FP32 or BF16 output, fast or split
+ * accumulation, and the workspace cuBLASLt may use (0: it does not split K). */
+struct fp8_req {
+    int64_t mn, k;
+    qs_dtype ta, tb;
+    qs_dtype out;
+    int fast;
+    float sa, sb;
+    int block; /* 0 tensorwise; 1 a 1x128, b 1x128; 2 a 1x128, b 128x128 */
+    size_t ws;
+    std::vector<uint8_t> a, b;   /* codes [mn, k] */
+    std::vector<float> bsa, bsb; /* block scales, row-major as qs_gemm_operand holds them */
+};
+
+cudaDataType_t lt_fp8(qs_dtype t)
 {
-    printf("== cuBLASLt FP8 (E4M3 x E4M3, scales 1, FP32 out) against the reference's models\n");
-    printf(
-        "| K    | data   | GEMM          | accum | = hopper | max ulp  | max |diff|   | = fp32_seq "
-        "| max diff/bound |\n");
-    printf(
-        "|------|--------|---------------|-------|----------|----------|-------------|------------"
-        "|----------------|\n");
-    const int64_t C = 128; /* the corner compared */
-    const int64_t Ks[] = {256, 1024, 4096};
+    return t == QS_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
+/* cuBLASLt's layout of block scales (as the plugin hands them over): 1x128
+ * [ceil(k/128)][roundup(rows, 4)], rows contiguous; 128x128 [ceil(rows/128)][roundup(kb, 4)]. */
+std::vector<float> lt_scales(const std::vector<float> &s, int64_t rows, int64_t kb, int tile2d)
+{
+    if (!tile2d) {
+        int64_t ld = (rows + 3) / 4 * 4;
+        std::vector<float> v((size_t)(kb * ld), 1.0f);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < kb; j++)
+                v[(size_t)(j * ld + r)] = s[(size_t)(r * kb + j)];
+        return v;
+    }
+    int64_t br = (rows + 127) / 128, ld = (kb + 3) / 4 * 4;
+    std::vector<float> v((size_t)(br * ld), 1.0f);
+    for (int64_t r = 0; r < br; r++)
+        for (int64_t j = 0; j < kb; j++)
+            v[(size_t)(r * ld + j)] = s[(size_t)(r * kb + j)];
+    return v;
+}
+
+void *upload_bytes(const void *p, size_t n)
+{
+    void *d;
+    CHECK_CUDA(cudaMalloc(&d, n));
+    CHECK_CUDA(cudaMemcpy(d, p, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* The GPU's y (FP32 values; BF16 outputs widened exactly), all mn x mn. */
+std::vector<float> gpu_fp8(const fp8_req &r)
+{
+    int64_t M = r.mn, N = r.mn, K = r.k, kb = (K + 127) / 128;
+    void *da = upload_bytes(r.a.data(), r.a.size()), *db = upload_bytes(r.b.data(), r.b.size());
+    size_t es = r.out == QS_BF16 ? 2 : 4;
+    void *dd;
+    CHECK_CUDA(cudaMalloc(&dd, (size_t)(M * N) * es));
+    qc_lt_desc d;
+    memset(&d, 0, sizeof d);
+    d.m_lt = N;
+    d.n_lt = M;
+    d.k = K;
+    d.lda = d.ldb = K;
+    d.ldd = N;
+    d.a_type = lt_fp8(r.tb); /* cuBLASLt's A is our b */
+    d.b_type = lt_fp8(r.ta);
+    d.d_type = r.out == QS_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    d.compute = CUBLAS_COMPUTE_32F;
+    d.fp8 = 1;
+    d.fast_accum = r.block ? 0 : r.fast;
+    d.alpha = 1.0f;
+    void *ssa, *ssb;
+    if (r.block) {
+        std::vector<float> la = lt_scales(r.bsa, M, kb, 0),
+                           lb = lt_scales(r.bsb, N, kb, r.block == 2);
+        ssa = upload_bytes(la.data(), la.size() * sizeof(float));
+        ssb = upload_bytes(lb.data(), lb.size() * sizeof(float));
+        d.a_scale_mode = r.block == 2 ? QC_LT_SCALE_BLK128 : QC_LT_SCALE_VEC128;
+        d.b_scale_mode = QC_LT_SCALE_VEC128;
+    } else {
+        ssa = upload_bytes(&r.sa, sizeof(float));
+        ssb = upload_bytes(&r.sb, sizeof(float));
+        d.a_scale_mode = d.b_scale_mode = QC_LT_SCALE_TENSOR;
+    }
+    d.a_scale = ssb;
+    d.b_scale = ssa;
+    qc_lt_plan p;
+    CHECK_QS(qc_lt_plan_init(&p, g_h, d, r.ws, why, sizeof why));
+    CHECK_QS(qc_lt_plan_run(&p, g_h, db, da, dd, r.ws ? g_ws : nullptr, r.ws, 0, why, sizeof why));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<float> y((size_t)(M * N));
+    if (es == 4) {
+        CHECK_CUDA(cudaMemcpy(y.data(), dd, y.size() * 4, cudaMemcpyDeviceToHost));
+    } else {
+        std::vector<uint16_t> h(y.size());
+        CHECK_CUDA(cudaMemcpy(h.data(), dd, h.size() * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < h.size(); i++)
+            y[i] = qs_bf16_to_f32(h[i]);
+    }
+    qc_lt_plan_free(&p);
+    for (void *q : {da, db, dd, ssa, ssb})
+        CHECK_CUDA(cudaFree(q));
+    return y;
+}
+
+/* The hopper_fp8_tc model's y for the c x c corner, rows split over threads. */
+std::vector<float> model_fp8(const fp8_req &r, int64_t c)
+{
+    int64_t K = r.k, kb = (K + 127) / 128;
+    std::vector<float> va((size_t)(c * K)), vb((size_t)(c * K)), y((size_t)(c * c));
+    for (size_t i = 0; i < va.size(); i++)
+        va[i] = qs_decode_f32(r.ta, r.a[i]);
+    for (size_t i = 0; i < vb.size(); i++)
+        vb[i] = qs_decode_f32(r.tb, r.b[i]);
+    int nt = (int)std::min<int64_t>(16, c);
+    std::vector<std::thread> th;
+    for (int t = 0; t < nt; t++)
+        th.emplace_back([&, t]() {
+            int64_t r0 = c * t / nt, r1 = c * (t + 1) / nt;
+            qs_gemm_operand oa, ob;
+            if (r.block) {
+                oa = {va.data() + r0 * K, QS_GEMM_SCALE_BLOCK_1X128, r.bsa.data() + r0 * kb, 1.0f,
+                      r.ta};
+                ob = {vb.data(),
+                      r.block == 2 ? QS_GEMM_SCALE_BLOCK_128X128 : QS_GEMM_SCALE_BLOCK_1X128,
+                      r.bsb.data(), 1.0f, r.tb};
+            } else {
+                oa = {va.data() + r0 * K, QS_GEMM_SCALE_TENSOR, NULL, r.sa, r.ta};
+                ob = {vb.data(), QS_GEMM_SCALE_TENSOR, NULL, r.sb, r.tb};
+            }
+            qs_gemm_acc acc = {QS_GEMM_ACC_HOPPER_FP8_TC, r.fast && !r.block ? 0 : 128};
+            qs_gemm_params p = {r1 - r0, c, K, 1.0f, 0.0f, acc, r.out};
+            qs_ctx *ctx = qs_ctx_new();
+            if (qs_gemm(ctx, &p, &oa, &ob, NULL, y.data() + r0 * c) != QS_OK) {
+                fprintf(stderr, "the reference failed: %s\n", qs_ctx_errmsg(ctx));
+                exit(1);
+            }
+            qs_ctx_free(ctx);
+        });
+    for (auto &x : th)
+        x.join();
+    return y;
+}
+
+/* Random non-power-of-two block scales in [2^-2, 2^2). */
+std::vector<float> random_scales(size_t n, uint64_t seed)
+{
+    std::vector<float> s(n);
+    for (size_t i = 0; i < n; i++) {
+        float u = qs_random_uniform(seed, 0, i), w = qs_random_uniform(seed, 1, i);
+        s[i] = ldexpf(1.0f + w, (int)floorf(u * 4.0f) - 2);
+    }
+    return s;
+}
+
+/* Codes of random values in format t: normal with sigma 4, or spread over 16 binades. */
+std::vector<uint8_t> random_fp8(size_t n, uint64_t seed, int spread, qs_dtype t)
+{
+    std::vector<uint8_t> c = random_codes(n, seed, spread);
+    if (t == QS_E5M2)
+        for (size_t i = 0; i < n; i++)
+            c[i] = qs_encode_e5m2(qs_decode_f32(QS_E4M3, c[i]), QS_OVF_SATFINITE);
+    return c;
+}
+
+/* One row of the agreement table. */
+void agreement_row(int64_t mn, int64_t k, int spread, qs_dtype ta, qs_dtype tb, qs_dtype out,
+                   int fast, float sa, float sb, int block, size_t ws)
+{
+    fp8_req r;
+    r.mn = mn;
+    r.k = k;
+    r.ta = ta;
+    r.tb = tb;
+    r.out = out;
+    r.fast = fast;
+    r.sa = sa;
+    r.sb = sb;
+    r.block = block;
+    r.ws = ws;
+    r.a = random_fp8((size_t)(mn * k), 10 + (uint64_t)k, spread, ta);
+    r.b = random_fp8((size_t)(mn * k), 20 + (uint64_t)k, spread, tb);
+    int64_t kb = (k + 127) / 128;
+    if (block) {
+        r.bsa = random_scales((size_t)(mn * kb), 30 + (uint64_t)k);
+        r.bsb =
+            random_scales((size_t)((block == 2 ? (mn + 127) / 128 : mn) * kb), 40 + (uint64_t)k);
+    }
+    int64_t c = std::min<int64_t>(mn, 128);
+    std::vector<float> yg = gpu_fp8(r), ym = model_fp8(r, c);
+    size_t eq = 0;
+    double max_ulp = 0;
+    for (int64_t m = 0; m < c; m++)
+        for (int64_t n = 0; n < c; n++) {
+            float g = yg[(size_t)(m * mn + n)], v = ym[(size_t)(m * c + n)];
+            eq += memcmp(&g, &v, sizeof g) == 0;
+            max_ulp = fmax(max_ulp, fabs((double)(ordered(g) - ordered(v))));
+        }
+    const char *scal = block == 1                   ? "VEC128 x VEC128"
+                       : block == 2                 ? "VEC128 x BLK128"
+                       : (sa == 1.0f && sb == 1.0f) ? "tensor, 1 x 1"
+                                                    : "tensor, 0.75 x 1.375";
+    printf("| %4lld | %4lld | %-6s | %-4s x %-4s | %-16s | %-4s | %-5s | %-6s | %8.4f | %8.0f |\n",
+           (long long)mn, (long long)k, spread ? "spread" : "normal", qs_dtype_name(ta),
+           qs_dtype_name(tb), scal, out == QS_BF16 ? "bf16" : "fp32",
+           block  ? "block"
+           : fast ? "fast"
+                  : "split",
+           ws ? "32 MiB" : "0", eq / (double)(c * c), max_ulp);
+    fflush(stdout);
+}
+
+void agreement()
+{
+    printf("== cuBLASLt FP8 GEMMs against the reference's hopper_fp8_tc model "
+           "([GEMM-ACC-HOPPER-ALIGN], [GEMM-HOPPER-EPILOGUE]); the 128 x 128 corner compared "
+           "bitwise; max distance in units of the output's last place\n");
+    printf("| M=N  | K    | data   | types        | scales           | out  | accum | ws     "
+           "| = model  | max ulp  |\n");
+    printf("|------|------|--------|--------------|------------------|------|-------|--------"
+           "|----------|----------|\n");
+    const int64_t Ks[] = {32, 64, 128, 256, 1024, 4096};
     for (int spread = 0; spread <= 1; spread++)
         for (int64_t K : Ks)
-            for (int big = 1; big >= 0; big--) {
-                int64_t MN = big ? 2048 : C;
-                std::vector<uint8_t> a = random_codes((size_t)(MN * K), 10 + (uint64_t)K, spread);
-                std::vector<uint8_t> b = random_codes((size_t)(MN * K), 20 + (uint64_t)K, spread);
-                std::vector<float> ye;
-                std::vector<double> bound((size_t)(C * C));
-                qs_gemm_acc seq = {QS_GEMM_ACC_FP32_SEQ, 0}, ex = {QS_GEMM_ACC_EXACT, 0};
-                model(a, b, C, C, K, ex, &ye, &bound);
-                std::vector<float> ys = model(a, b, C, C, K, seq, NULL, NULL);
-                for (int fast = 1; fast >= 0; fast--) {
-                    std::vector<float> yg = gpu_gemm(a, b, MN, MN, K, fast, d_one);
-                    qs_gemm_acc acc = {QS_GEMM_ACC_HOPPER_FP8_TC, fast ? 0 : 128};
-                    std::vector<float> ym = model(a, b, C, C, K, acc, NULL, NULL);
-                    size_t eq = 0, eq_seq = 0;
-                    double max_ulp = 0, max_abs = 0, max_ratio = 0;
-                    for (int64_t m = 0; m < C; m++)
-                        for (int64_t n = 0; n < C; n++) {
-                            float g = yg[(size_t)(m * MN + n)], v = ym[(size_t)(m * C + n)];
-                            float s = ys[(size_t)(m * C + n)], e = ye[(size_t)(m * C + n)];
-                            double bd = bound[(size_t)(m * C + n)];
-                            eq += memcmp(&g, &v, sizeof g) == 0;
-                            eq_seq += memcmp(&g, &s, sizeof g) == 0;
-                            max_ulp = fmax(max_ulp, fabs((double)(ordered(g) - ordered(v))));
-                            max_abs = fmax(max_abs, fabs((double)g - (double)v));
-                            if (bd > 0)
-                                max_ratio = fmax(max_ratio, fabs((double)g - (double)e) / bd);
-                        }
-                    double nn = (double)(C * C);
-                    printf("| %4lld | %-6s | %-13s | %-5s | %8.4f | %8.0f | %11.4g | %10.4f | "
-                           "%14.1f |\n",
-                           (long long)K, spread ? "spread" : "normal",
-                           big ? "2048^2 corner" : "128^2", fast ? "fast" : "split", eq / nn,
-                           max_ulp, max_abs, eq_seq / nn, max_ratio);
-                    fflush(stdout);
-                }
+            for (int fast = 1; fast >= 0; fast--)
+                agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 1.0f, 1.0f, 0, 0);
+    const int64_t K2[] = {1024, 4096};
+    for (int spread = 0; spread <= 1; spread++)
+        for (int64_t K : K2)
+            for (int fast = 1; fast >= 0; fast--) {
+                agreement_row(128, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 1.0f, 1.0f, 0, 0);
+                agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_BF16, fast, 1.0f, 1.0f, 0, 0);
+                agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 0.75f, 1.375f, 0,
+                              0);
+                agreement_row(2048, K, spread, QS_E4M3, QS_E5M2, QS_FP32, fast, 1.0f, 1.0f, 0, 0);
+                agreement_row(2048, K, spread, QS_E5M2, QS_E4M3, QS_BF16, fast, 0.75f, 1.375f, 0,
+                              0);
+                agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 1.0f, 1.0f, 0,
+                              QC_LT_WORKSPACE);
+                agreement_row(256, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 1.0f, 1.0f, 0,
+                              QC_LT_WORKSPACE);
+            }
+    for (int spread = 0; spread <= 1; spread++)
+        for (int64_t K : K2)
+            for (int block = 1; block <= 2; block++) {
+                agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_FP32, 0, 1.0f, 1.0f, block, 0);
+                agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_BF16, 0, 1.0f, 1.0f, block,
+                              QC_LT_WORKSPACE);
             }
     printf("\n");
 }
@@ -360,7 +563,7 @@ int main(int argc, char **argv)
     throughput(M, N, K, d_one);
     if (do_agreement) {
         probes(d_one);
-        agreement(d_one);
+        agreement();
     }
     CHECK_CUDA(cudaFree(d_one));
     CHECK_CUDA(cudaFree(g_ws));

@@ -58,12 +58,16 @@ typedef enum qs_gemm_scaling {
  *   BLOCK_1X128: rows x ceil(k/128); BLOCK_128X128: ceil(rows/128) x ceil(k/128);
  *   MX: rows x ceil(k/32); NVFP4: rows x ceil(k/16); NULL for NONE and TENSOR.
  * tensor_scale is the per-tensor dequantization multiplier for TENSOR and NVFP4 (1 for
- * the other modes, where it is ignored). */
+ * the other modes, where it is ignored). elem names the element format the values were
+ * decoded from (QS_E4M3, QS_E5M2, ...): hopper_fp8_tc clamps each operand's exponent at
+ * that format's smallest normal exponent [GEMM-ACC-HOPPER-ALIGN]; QS_DTYPE_INVALID (what an
+ * initializer that leaves it out gives) means no clamp, the exponent of the value itself. */
 typedef struct qs_gemm_operand {
     const float *data;
     qs_gemm_scaling scaling;
     const float *block_scale;
     float tensor_scale;
+    qs_dtype elem;
 } qs_gemm_operand;
 
 /* Shape, epilogue, model and output dtype (QS_FP32, QS_BF16 or QS_FP16) [GEMM-OUT-ROUND]. */
