@@ -39,7 +39,7 @@ typedef struct run_opts {
     int update_digests;
     int quiet;
     int jobs;
-    int ranks; /* --ranks: processes of a distributed run [CASE-RANKS] */
+    int ranks;   /* --ranks: processes of a distributed run [CASE-RANKS] */
     int timeout; /* --timeout: seconds a case may take in a plugin's worker [CASE-TIMEOUT] */
 } run_opts;
 
@@ -495,8 +495,12 @@ static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const 
     qsk_worker w;
     memset(&w, 0, sizeof w);
     if (!io_failed && plugin_path) {
-        w = (qsk_worker){.path = plugin_path, .sel = sel, .n = n, .timeout_s = o->timeout,
-                         .join = qsk_ranks_child(), .fn = work_case};
+        w = (qsk_worker){.path = plugin_path,
+                         .sel = sel,
+                         .n = n,
+                         .timeout_s = o->timeout,
+                         .join = qsk_ranks_child(),
+                         .fn = work_case};
         if (qsk_worker_start(ctx, &w) != QS_OK) {
             int rc = qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
             free(rs);
@@ -659,8 +663,10 @@ static int run_run(int argc, char **argv)
             char *end;
             long t = strtol(argv[++i], &end, 10);
             if (*end != '\0' || end == argv[i] || t < 1 || t > 86400)
-                return qsk_usage_error("run", "--timeout '%s' is not a number of seconds from 1 to "
-                                              "86400", argv[i]);
+                return qsk_usage_error("run",
+                                       "--timeout '%s' is not a number of seconds from 1 to "
+                                       "86400",
+                                       argv[i]);
             o.timeout = (int)t;
         } else if (strcmp(a, "--update-digests") == 0) {
             o.update_digests = 1;

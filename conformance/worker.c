@@ -20,7 +20,7 @@
 #include "worker.h"
 
 #define STOP_INDEX UINT32_MAX
-#define MAX_FRAME ((uint32_t)64 << 20)
+#define MAX_FRAME  ((uint32_t)64 << 20)
 
 typedef struct request {
     uint32_t index;
@@ -41,7 +41,8 @@ static double now_s(void)
 void qsk_wait_text(int status, char *buf, size_t cap)
 {
     if (WIFSIGNALED(status))
-        snprintf(buf, cap, "crashed: signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+        snprintf(buf, cap, "crashed: signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
     else if (WIFEXITED(status))
         snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
     else
