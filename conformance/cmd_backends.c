@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buildtree.h"
 #include "cli.h"
 #include "plugin.h"
 #include "qspec/qspec.h"
@@ -204,6 +205,9 @@ static int backends_run(int argc, char **argv)
             free(paths);
         }
         printf("search path: %s\n", qsk_plugin_search_path());
+        if (qsk_build_tree()) /* [CASE-BUILD-TREE] */
+            printf("build tree: %s (its plugins, in %s, are on the search path)\n",
+                   qsk_build_tree(), qsk_build_tree_plugins());
     }
     qs_ctx_free(ctx);
     return rc;
