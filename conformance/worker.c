@@ -442,6 +442,12 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
             break;
         reap(w, 1); /* it ended between cases: start a fresh one, once */
     }
+    if (w->pid <= 0) {
+        qsk_result_fail(r, "the backend's worker ended before it could be given the case");
+        qsk_result_finish(r);
+        r->seconds = now_s() - t0;
+        return;
+    }
     char *buf = NULL;
     size_t len = 0;
     int rr = read_frame(w->from_fd, t0 + w->timeout_s, &buf, &len, tick, tick_arg);
