@@ -1,12 +1,25 @@
 /* cmd_backends.c: `qspec backends` — list the built-in reference and every plugin found,
- * loading each to show its ABI version, capabilities and whether it is usable. */
+ * loading each to show its ABI version, capabilities and whether it is usable. Each plugin
+ * is probed in a child process [CASE-ISOLATE], so one that crashes or hangs in its entry
+ * point or in open is listed with the reason, and the others still are. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "buildtree.h"
 #include "cli.h"
 #include "plugin.h"
 #include "qspec/qspec.h"
+#include "worker.h"
+
+#define PROBE_TIMEOUT 60 /* seconds a plugin may take to load and open */
 
 static void print_caps(uint64_t caps)
 {
@@ -40,7 +53,7 @@ static void print_caps(uint64_t caps)
 /* Loads one plugin and prints its lines; returns 0 if it loaded (usable or not). When it
  * does not load, the error is printed under the path only if list_errors is set (a listing);
  * otherwise the caller reports it. */
-static int show_plugin(qs_ctx *ctx, const char *path, int list_errors)
+static int show_plugin_here(qs_ctx *ctx, const char *path, int list_errors)
 {
     qsk_plugin p;
     if (qsk_plugin_load(ctx, path, &p) != QS_OK) {
@@ -59,6 +72,94 @@ static int show_plugin(qs_ctx *ctx, const char *path, int list_errors)
         printf("         not usable: %s\n", p.why);
     qsk_plugin_unload(&p);
     return 0;
+}
+
+/* Reads fd to its end or until the deadline; 0 at the end, 1 at the deadline. */
+static int read_until(int fd, time_t deadline, char **buf, size_t *len)
+{
+    size_t cap = 0;
+    for (;;) {
+        time_t left = deadline - time(NULL);
+        if (left <= 0)
+            return 1;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int pr = poll(&pfd, 1, (int)left * 1000);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0)
+            return 1;
+        if (*len + 4096 > cap) {
+            char *g = realloc(*buf, cap = cap * 2 + 8192);
+            if (!g)
+                return 0;
+            *buf = g;
+        }
+        ssize_t k = read(fd, *buf + *len, cap - *len - 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return 0;
+        *len += (size_t)k;
+        (*buf)[*len] = '\0';
+    }
+}
+
+/* show_plugin_here in a child process whose output comes back through a pipe: a plugin that
+ * crashes or hangs while loading or opening is shown with the reason. With list_errors
+ * unset, a plugin that does not load leaves its reason in ctx's message. */
+static int show_plugin(qs_ctx *ctx, const char *path, int list_errors)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return show_plugin_here(ctx, path, list_errors);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        if (dup2(fds[1], STDOUT_FILENO) < 0)
+            _exit(3);
+        int rc = show_plugin_here(ctx, path, list_errors);
+        if (rc && !list_errors)
+            fputs(qs_ctx_errmsg(ctx), stdout);
+        fflush(stdout);
+        _exit(rc);
+    }
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        return show_plugin_here(ctx, path, list_errors);
+    }
+    char *buf = NULL, how[300];
+    size_t len = 0;
+    int late = read_until(fds[0], time(NULL) + PROBE_TIMEOUT, &buf, &len), status = 0;
+    if (late)
+        kill(pid, SIGKILL);
+    close(fds[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    int rc = 1;
+    if (late)
+        snprintf(how, sizeof how,
+                 "timed out after %d s loading or opening (probed in a child "
+                 "process, killed)",
+                 PROBE_TIMEOUT);
+    else if (WIFEXITED(status) && WEXITSTATUS(status) <= 1)
+        rc = WEXITSTATUS(status);
+    else {
+        char w[160];
+        qsk_wait_text(status, w, sizeof w);
+        snprintf(how, sizeof how, "%s while loading or opening (probed in a child process)", w);
+    }
+    if (rc == 0 || (rc == 1 && !late && WIFEXITED(status) && list_errors))
+        fputs(buf ? buf : "", stdout);
+    else if (rc == 1 && !late && WIFEXITED(status))
+        qs_ctx_error(ctx, QS_ERR_IO, "%s", buf ? buf : "cannot load");
+    else if (list_errors)
+        printf("%-8s %s\n         error: the plugin %s\n", "?", path, how);
+    else
+        qs_ctx_error(ctx, QS_ERR_IO, "backend %s: the plugin %s", path, how);
+    free(buf);
+    return rc;
 }
 
 static int backends_run(int argc, char **argv)
@@ -104,6 +205,9 @@ static int backends_run(int argc, char **argv)
             free(paths);
         }
         printf("search path: %s\n", qsk_plugin_search_path());
+        if (qsk_build_tree()) /* [CASE-BUILD-TREE] */
+            printf("build tree: %s (its plugins, in %s, are on the search path)\n",
+                   qsk_build_tree(), qsk_build_tree_plugins());
     }
     qs_ctx_free(ctx);
     return rc;

@@ -11,12 +11,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "certify.h"
 #include "cli.h"
 #include "fileio.h"
+#include "pkgcheck.h"
 #include "qspec/qspec.h"
 #include "sha256.h"
 #include "yamltree.h"
@@ -368,9 +373,13 @@ qs_status qsk_certify_write(qs_ctx *ctx, qsk_outdir *o, const qsk_report *r,
 
 #define MAX_SHOWN_PROBLEMS 20
 
+#define SIG_FILE      "manifest.sha256.sig"
+#define SIG_NAMESPACE "qspec-package"
+
 typedef struct vp {
     const char *dir;
     size_t problems;
+    const char *key; /* --key: the signer's public key file, or NULL */
 } vp;
 
 static void problem(vp *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -605,6 +614,251 @@ static void check_results(qs_ctx *ctx, vp *v, const qsk_ynode *m, const qsk_suit
     qsk_yaml_free(root);
 }
 
+/* The entries a package may hold: the five files and an optional signature, each a regular
+ * file (no link, no folder). */
+static void check_entries(vp *v)
+{
+    static const char *const allowed[] = {"manifest.json", "manifest.sha256", "results.json",
+                                          "junit.xml",     "report.html",     SIG_FILE};
+    DIR *d = opendir(v->dir);
+    if (!d) {
+        problem(v, "the package directory cannot be read: %s", strerror(errno));
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        int known = 0;
+        for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+            known |= strcmp(e->d_name, allowed[i]) == 0;
+        char *p = path_join(v->dir, e->d_name);
+        struct stat sb;
+        int have = p && lstat(p, &sb) == 0;
+        free(p);
+        if (!known)
+            problem(v, "'%s' does not belong in a package (it holds only the five files and %s)",
+                    e->d_name, SIG_FILE);
+        else if (have && S_ISLNK(sb.st_mode))
+            problem(v, "%s is a symbolic link: a package holds regular files only", e->d_name);
+        else if (have && !S_ISREG(sb.st_mode))
+            problem(v, "%s is not a regular file", e->d_name);
+    }
+    closedir(d);
+}
+
+/* A count field of a mapping as a number; -1 when absent or not a count. */
+static long long count_field(const qsk_ynode *map, const char *key)
+{
+    const char *t = map ? field(map, key) : NULL;
+    char *end;
+    if (!t || !*t)
+        return -1;
+    long long n = strtoll(t, &end, 10);
+    return *end || n < 0 ? -1 : n;
+}
+
+static int same(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+/* The status of results.json's item as a qsk_res_kind, or -1. */
+static int result_kind(const qsk_ynode *item)
+{
+    const char *st = field(item, "status");
+    return same(st, "pass")            ? QSK_RES_PASS
+           : same(st, "fail")          ? QSK_RES_FAIL
+           : same(st, "not_supported") ? QSK_RES_SKIP
+                                       : -1;
+}
+
+/* Checks one report read back (JUnit or HTML) against the results: its counts and every
+ * case's status. */
+static void check_report_agrees(vp *v, const char *name, const qsk_pkg_report *pr,
+                                const qsk_ynode *res, const size_t count[3])
+{
+    static const char *const word[3] = {"passed", "failed", "not supported"};
+    if (!pr->found) {
+        problem(v, "%s: no summary where this kit writes one: not a report of this kit", name);
+        return;
+    }
+    size_t got[3] = {pr->pass, pr->fail, pr->skip};
+    for (int k = 0; k < 3; k++)
+        if (got[k] != count[k])
+            problem(v, "%s: %zu cases %s, but results.json has %zu", name, got[k], word[k],
+                    count[k]);
+    size_t rows = 0;
+    for (size_t i = 0; i < pr->n; i++)
+        rows += pr->cases[i].kind >= 0;
+    if (rows != res->n)
+        problem(v, "%s: %zu cases, but results.json has %zu", name, rows, res->n);
+    size_t shown = 0;
+    for (size_t k = 0; k < res->n && shown < 3; k++) {
+        const char *id = field(res->items[k], "id");
+        int kind = result_kind(res->items[k]), seen = -2;
+        for (size_t i = 0; id && i < pr->n && seen == -2; i++)
+            if (strcmp(pr->cases[i].id, id) == 0)
+                seen = pr->cases[i].kind;
+        if (!id || kind < 0 || seen == kind)
+            continue;
+        shown++;
+        if (seen == -2)
+            problem(v, "%s: case %s of results.json is missing", name, id);
+        else
+            problem(v, "%s: case %s is %s, but results.json says %s", name, id,
+                    seen >= 0 ? qsk_res_name((qsk_res_kind)seen) : "an error",
+                    qsk_res_name((qsk_res_kind)kind));
+    }
+}
+
+/* Reads DIR/name whole; NULL when it cannot (the digest check has said so). */
+static char *read_text(qs_ctx *ctx, vp *v, const char *name)
+{
+    char *p = path_join(v->dir, name), *text = NULL;
+    size_t len;
+    if (!p || qsk_read_file(ctx, p, &text, &len) != QS_OK)
+        text = NULL;
+    free(p);
+    return text;
+}
+
+/* The reports and the manifest say the same: counts, each case's status, the certified
+ * flag, the backend's identity [CASE-CERTIFY-VERIFY]. */
+static void check_agreement(qs_ctx *ctx, vp *v, const qsk_ynode *m)
+{
+    char *text;
+    size_t len;
+    qsk_ynode *root = read_json(ctx, v, "results.json", &text, &len);
+    free(text);
+    const qsk_ynode *res = root ? qsk_yaml_get(root, "results") : NULL;
+    if (!res || res->kind != QSK_Y_SEQ) {
+        qsk_yaml_free(root);
+        return; /* check_results has said so */
+    }
+    size_t count[3] = {0, 0, 0};
+    for (size_t k = 0; k < res->n; k++)
+        if (result_kind(res->items[k]) >= 0)
+            count[result_kind(res->items[k])]++;
+    const qsk_ynode *rsum = qsk_yaml_get(root, "summary"), *msum = qsk_yaml_get(m, "summary");
+    long long loads = count_field(rsum, "load_errors");
+    if (count_field(rsum, "passed") != (long long)count[0] ||
+        count_field(rsum, "failed") != (long long)count[1] ||
+        count_field(rsum, "skipped") != (long long)count[2] || loads != 0)
+        problem(v,
+                "results.json: its summary does not count its own results (%zu passed, %zu "
+                "failed, %zu not supported, no load error)",
+                count[0], count[1], count[2]);
+    if (count_field(msum, "passed") != (long long)count[0] ||
+        count_field(msum, "failed") != (long long)count[1] ||
+        count_field(msum, "not_supported") != (long long)count[2])
+        problem(v,
+                "manifest.json: its summary differs from the results (%zu passed, %zu failed, "
+                "%zu not supported)",
+                count[0], count[1], count[2]);
+    const qsk_ynode *mp = qsk_yaml_get(m, "must_pass");
+    if (count_field(mp, "cases") != (long long)res->n)
+        problem(v, "manifest.json: must_pass counts other than the %zu results", res->n);
+    const char *cert = field(m, "certified");
+    int should = count[1] == 0 && count[0] > 0 && loads == 0;
+    if (!same(cert, should ? "true" : "false"))
+        problem(v, "manifest.json: \"certified\": %s, but the results make it %s",
+                cert ? cert : "(none)", should ? "true" : "false");
+    const qsk_ynode *mb = qsk_yaml_get(m, "backend");
+    const char *name = mb ? field(mb, "name") : NULL, *ver = mb ? field(mb, "version") : NULL;
+    const char *dev = mb ? field(mb, "device") : NULL, *given = mb ? field(mb, "given") : NULL;
+    if (!same(name, field(root, "backend_name")) || !same(ver, field(root, "backend_version")) ||
+        !same(dev, field(root, "device")))
+        problem(v, "results.json: the backend's name, version or device differs from the "
+                   "manifest's");
+    qsk_pkg_report pr;
+    char *junit = read_text(ctx, v, "junit.xml"), *html = read_text(ctx, v, "report.html");
+    if (junit && qsk_pkg_read_junit(junit, &pr) == 0) {
+        if (pr.found && (pr.tests != res->n || pr.errors != 0))
+            problem(v, "junit.xml: %zu tests and %zu errors, but results.json has %zu cases",
+                    pr.tests, pr.errors, res->n);
+        check_report_agrees(v, "junit.xml", &pr, res, count);
+        if (!same(pr.backend, given) || !same(pr.backend_version, ver) || !same(pr.device, dev))
+            problem(v, "junit.xml: the backend, its version or device differs from the manifest's");
+        qsk_pkg_report_free(&pr);
+    }
+    if (html && qsk_pkg_read_html(html, &pr) == 0) {
+        check_report_agrees(v, "report.html", &pr, res, count);
+        qsk_pkg_report_free(&pr);
+    }
+    free(junit);
+    free(html);
+    qsk_yaml_free(root);
+}
+
+/* Runs ssh-keygen -Y verify on manifest.sha256 and its signature with the key in v->key.
+ * Returns 1 for a good signature; records the problem otherwise. */
+static int check_signature(vp *v)
+{
+    char *sig = path_join(v->dir, SIG_FILE), *msg = path_join(v->dir, "manifest.sha256");
+    char *keytext = NULL, signers[4200] = "";
+    size_t len = 0;
+    struct stat sb;
+    int good = 0;
+    qs_ctx *ctx = qs_ctx_new();
+    if (!sig || !msg || !ctx) {
+        problem(v, "out of memory");
+    } else if (lstat(sig, &sb) != 0) {
+        problem(v, "%s is missing: the package is not signed (--key asks for a signature)",
+                SIG_FILE);
+    } else if (qsk_read_file(ctx, v->key, &keytext, &len) != QS_OK || len == 0 ||
+               strncmp(keytext, "ssh-", 4) != 0 || memchr(keytext, '\0', len)) {
+        problem(v,
+                "--key %s: not an SSH public key (ssh-ed25519 AAAA..., as ssh-keygen writes "
+                "KEY.pub)",
+                v->key);
+    } else {
+        keytext[strcspn(keytext, "\n")] = '\0';
+        const char *tmp = getenv("TMPDIR");
+        snprintf(signers, sizeof signers, "%s/qspec-signers.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        int fd = mkstemp(signers);
+        FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+        int ok =
+            fp && fprintf(fp, "qspec-signer namespaces=\"%s\" %s\n", SIG_NAMESPACE, keytext) > 0;
+        if (fp)
+            ok = fclose(fp) == 0 && ok;
+        else if (fd >= 0)
+            close(fd);
+        fflush(stdout);
+        pid_t pid = ok ? fork() : -1;
+        if (pid == 0) {
+            int in = open(msg, O_RDONLY), null = open("/dev/null", O_WRONLY);
+            if (in < 0 || null < 0 || dup2(in, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+                _exit(126);
+            execlp("ssh-keygen", "ssh-keygen", "-Y", "verify", "-f", signers, "-I", "qspec-signer",
+                   "-n", SIG_NAMESPACE, "-s", sig, (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        if (pid > 0)
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        if (pid < 0)
+            problem(v, "cannot check the signature: %s", strerror(errno));
+        else if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+            problem(v, "cannot check the signature: ssh-keygen (OpenSSH) is not installed");
+        else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            problem(v,
+                    "%s: not a good signature of manifest.sha256 by the key %s (ssh-keygen -Y "
+                    "verify, namespace %s)",
+                    SIG_FILE, v->key, SIG_NAMESPACE);
+        else
+            good = 1;
+        if (signers[0])
+            unlink(signers);
+    }
+    free(keytext);
+    free(sig);
+    free(msg);
+    qs_ctx_free(ctx);
+    return good;
+}
+
 static void print_valid(const vp *v, const qsk_ynode *m, const tally *t)
 {
     const qsk_ynode *b = qsk_yaml_get(m, "backend");
@@ -624,16 +878,19 @@ static int verify_loaded(qs_ctx *ctx, vp *v, const qsk_suite *s, const char *sui
     size_t mlen;
     qsk_ynode *m = read_json(ctx, v, "manifest.json", &man, &mlen);
     tally t = {0, 0, 0};
+    check_entries(v);
     if (man)
         check_manifest_digest(ctx, v, man, mlen);
     if (m) {
         check_kit(v, m);
         check_reports(ctx, v, m);
         check_case_files(v, m, s, suite_dir, list);
+        check_agreement(ctx, v, m); /* contradictions first: a failed case list is long */
         check_results(ctx, v, m, s, list, &t);
         if (t.pass == 0 && t.fail == 0)
             problem(v, "no must-pass case passed: the backend runs none of the suite's ops");
     }
+    int signed_ok = v->key && check_signature(v);
     if (v->problems > MAX_SHOWN_PROBLEMS)
         printf("INVALID %s: %zu more problems not shown\n", v->dir,
                v->problems - MAX_SHOWN_PROBLEMS);
@@ -642,6 +899,14 @@ static int verify_loaded(qs_ctx *ctx, vp *v, const qsk_suite *s, const char *sui
                v->problems == 1 ? "" : "s");
     else
         print_valid(v, m, &t);
+    if (!v->problems && signed_ok)
+        printf("signed: manifest.sha256 carries a good signature by the key %s (ssh-keygen -Y "
+               "verify, namespace %s)\n",
+               v->key, SIG_NAMESPACE);
+    else if (!v->problems)
+        printf("not signed: the digests show that the package's files agree with each other and "
+               "with the suite, not who made them (anyone can recompute them); check a signature "
+               "with --key\n");
     qsk_yaml_free(m);
     free(man);
     return v->problems ? QSK_EXIT_FAIL : QSK_EXIT_OK;
@@ -655,14 +920,30 @@ static int is_dir(const char *path)
 
 static int verify_package_run(int argc, char **argv)
 {
+    const char *key = NULL;
+    char *pos[3];
+    int npos = 0;
     for (int i = 0; i < argc; i++) {
         if (qsk_is_help(argv[i])) {
             qsk_print_help(stdout, &qsk_cmd_verify_package);
             return QSK_EXIT_OK;
         }
+        if (strcmp(argv[i], "--key") == 0) {
+            if (i + 1 >= argc)
+                return qsk_usage_error("verify-package", "option '--key' needs a value");
+            key = argv[++i];
+            if (!*key)
+                return qsk_usage_error("verify-package", "--key needs a public key file");
+            continue;
+        }
         if (argv[i][0] == '-')
             return qsk_usage_error("verify-package", "unknown option '%s'", argv[i]);
+        if (npos < 3)
+            pos[npos] = argv[i];
+        npos++;
     }
+    argc = npos;
+    argv = pos;
     if (argc < 1 || argc > 2)
         return qsk_usage_error("verify-package",
                                "needs a package directory and at most a suite folder, got %d "
@@ -687,7 +968,7 @@ static int verify_package_run(int argc, char **argv)
     else if (s.nerrors)
         rc = qsk_usage_error("verify-package", "the suite does not load: %s", s.errors[0]);
     if (rc == 0) {
-        vp v = {argv[0], 0};
+        vp v = {argv[0], 0, key};
         rc = verify_loaded(ctx, &v, &s, suite_dir, &list);
     }
     free(paths[0]);
@@ -699,14 +980,23 @@ static int verify_package_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_verify_package = {
     "verify-package", "check a certification package against the suite",
-    "usage: qspec verify-package PKGDIR [SUITE-DIR]\n\n"
+    "usage: qspec verify-package [--key KEY.pub] PKGDIR [SUITE-DIR]\n\n"
     "Re-checks a package written by 'qspec run --certify PKGDIR' against the suite in\n"
     "SUITE-DIR (default: the installed suite): that manifest.json matches manifest.sha256,\n"
     "that the package was made by this kit version and ABI, that results.json, junit.xml\n"
     "and report.html match their digests in the manifest, that the must-pass list and every\n"
     "case file the run used have the suite's SHA-256, and that every must-pass case is in\n"
     "the results and passed (or is not supported by the backend), with at least one pass.\n"
+    "It also checks that the reports agree: the summaries of results.json, junit.xml,\n"
+    "report.html and the manifest, each case's status in all three, the manifest's\n"
+    "certified flag, and the backend's name, version and device; and that the package\n"
+    "holds only its files, as regular files (no link, nothing extra).\n"
     "Prints each problem as a line 'INVALID PKGDIR: ...', then the verdict.\n\n"
+    "The digests are not a signature: anyone who edits a package can recompute them. To\n"
+    "sign one, its maker runs\n"
+    "  ssh-keygen -Y sign -f KEY -n qspec-package PKGDIR/manifest.sha256\n"
+    "which writes PKGDIR/manifest.sha256.sig; --key KEY.pub then requires that signature\n"
+    "(checked with ssh-keygen -Y verify). Without --key the verdict says 'not signed'.\n\n"
     "Exit status: 0 a valid package, 1 an invalid one, 2 bad usage (no such directory, a\n"
     "suite that does not load).\n",
     verify_package_run};

@@ -20,10 +20,12 @@
 #include "cli.h"
 #include "fileio.h"
 #include "plugin.h"
+#include "progress.h"
 #include "ranks.h"
 #include "qspec/qspec.h"
 #include "report.h"
 #include "sha256.h"
+#include "worker.h"
 
 typedef qsk_case_result case_result;
 
@@ -37,7 +39,8 @@ typedef struct run_opts {
     int update_digests;
     int quiet;
     int jobs;
-    int ranks; /* --ranks: processes of a distributed run [CASE-RANKS] */
+    int ranks;   /* --ranks: processes of a distributed run [CASE-RANKS] */
+    int timeout; /* --timeout: seconds a case may take in a plugin's worker [CASE-TIMEOUT] */
 } run_opts;
 
 static double now_seconds(void)
@@ -142,8 +145,10 @@ static int selected(const qsk_case *c, const char *filter)
 static int run_sequential(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const qsk_case **sel,
                           size_t n, const qsk_plugin *pl, case_result *rs)
 {
-    int tty = isatty(STDOUT_FILENO) && !o->quiet, failed = 0;
+    int failed = 0;
     size_t j = 0;
+    qsk_progress pg;
+    qsk_progress_init(&pg, n, !o->quiet);
     for (size_t i = 0; i < s->nfiles; i++) {
         const qsk_case_file *f = &s->files[i];
         qsk_results *refs = calloc(f->ncases + 1, sizeof *refs);
@@ -152,13 +157,9 @@ static int run_sequential(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, co
         for (size_t k = 0; k < f->ncases && j < n; k++) {
             if (sel[j] != &f->cases[k])
                 continue;
-            if (tty) {
-                printf("\r\033[K[%zu/%zu] %s", j + 1, n, sel[j]->id);
-                fflush(stdout);
-            }
+            qsk_progress_show(&pg, j, sel[j]->id);
             run_case(ctx, sel[j], pl, o->update_digests, &rs[j], &refs[k]);
-            if (tty)
-                fputs("\r\033[K", stdout);
+            qsk_progress_clear(&pg);
             if (rs[j].out)
                 fputs(rs[j].out, stdout);
             j++;
@@ -348,25 +349,44 @@ static int run_parallel(qs_ctx *ctx, const qsk_case **sel, size_t n, int jobs, c
     return failed;
 }
 
-/* Loads the backend named by --backend (none for the reference); returns an exit status
- * after printing the usage error, or 0. */
-static int load_backend(qs_ctx *ctx, const char *name, qsk_plugin *plugin, qsk_plugin **pl)
+/* Finds the plugin named by --backend (none for the reference) without loading it: a
+ * plugin runs in worker processes only [CASE-ISOLATE]. Returns an exit status after
+ * printing the usage error, or 0. */
+static int resolve_backend(qs_ctx *ctx, const char *name, char **path)
 {
-    *pl = NULL;
+    *path = NULL;
     if (strcmp(name, "ref") == 0)
         return 0;
-    char *path;
-    if (qsk_plugin_resolve(ctx, name, &path) != QS_OK ||
-        qsk_plugin_load(ctx, path, plugin) != QS_OK)
+    if (qsk_plugin_resolve(ctx, name, path) != QS_OK)
         return qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
-    free(path);
-    if (!plugin->usable) {
-        int rc = qsk_usage_error("run", "backend %s is not usable: %s", name, plugin->why);
-        qsk_plugin_unload(plugin);
-        return rc;
-    }
-    *pl = plugin;
     return 0;
+}
+
+/* Runs one case for a worker: the reference, then the worker's plugin. */
+static void work_case(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c, case_result *r)
+{
+    qsk_results ref;
+    run_case(ctx, c, pl, 0, r, &ref);
+    qsk_results_free(&ref);
+}
+
+/* Runs the selected cases on the plugin, one at a time, in worker processes (w started),
+ * printing each case's failure lines as it finishes [CASE-ISOLATE]. */
+static void run_isolated(qs_ctx *ctx, const run_opts *o, qsk_worker *w, case_result *rs)
+{
+    qsk_progress pg;
+    qsk_progress_init(&pg, w->n, !o->quiet);
+    int nranks = qsk_ranks_self()->nranks, seq = 0;
+    for (size_t j = 0; j < w->n; j++) {
+        qsk_progress_show(&pg, j, w->sel[j]->id);
+        qsk_worker_run(ctx, w, j, seq, &rs[j], qsk_progress_tick, &pg);
+        qsk_progress_clear(&pg);
+        if (nranks > 1 && qsk_case_dist_ranks(w->sel[j]) == nranks)
+            seq++; /* the ranks' distributed cases, counted alike on every rank */
+        if (rs[j].out)
+            fputs(rs[j].out, stdout);
+    }
+    qsk_worker_stop(w);
 }
 
 /* The state of a certification run: the suite folder, its must-pass list, the package. */
@@ -439,9 +459,9 @@ static int write_reports(qs_ctx *ctx, const run_opts *o, const qsk_report *rep)
 
 /* Writes and commits the certification package; returns nonzero after an error. */
 static int certify_finish(qs_ctx *ctx, const run_opts *o, certify_run *cr, const qsk_report *rep,
-                          const qsk_plugin *pl)
+                          const char *plugin_path)
 {
-    qsk_certify_info ci = {cr->suite_dir, &cr->list, pl ? pl->path : NULL};
+    qsk_certify_info ci = {cr->suite_dir, &cr->list, plugin_path};
     if (qsk_certify_write(ctx, &cr->out, rep, &ci) != QS_OK ||
         qsk_outdir_commit(ctx, &cr->out) != QS_OK) {
         fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
@@ -458,7 +478,7 @@ static int certify_finish(qs_ctx *ctx, const run_opts *o, certify_run *cr, const
 }
 
 /* Selects, runs and reports the cases of a loaded suite; returns the exit status. */
-static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const qsk_plugin *pl,
+static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const char *plugin_path,
                       certify_run *cr, qsk_report *rep)
 {
     size_t total = 0;
@@ -472,7 +492,26 @@ static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const 
         for (size_t k = 0; k < s->files[i].ncases; k++)
             if (picked(o, cr, &s->files[i].cases[k]))
                 sel[n++] = &s->files[i].cases[k];
-    if (!io_failed && o->jobs > 1) {
+    qsk_worker w;
+    memset(&w, 0, sizeof w);
+    if (!io_failed && plugin_path) {
+        w = (qsk_worker){.path = plugin_path,
+                         .sel = sel,
+                         .n = n,
+                         .timeout_s = o->timeout,
+                         .join = qsk_ranks_child(),
+                         .fn = work_case};
+        if (qsk_worker_start(ctx, &w) != QS_OK) {
+            int rc = qsk_usage_error("run", "%s", qs_ctx_errmsg(ctx));
+            free(rs);
+            free(sel);
+            return rc;
+        }
+        rep->backend_name = w.name;
+        rep->backend_version = w.version;
+        rep->device = w.device;
+        run_isolated(ctx, o, &w, rs);
+    } else if (!io_failed && o->jobs > 1) {
         if (run_parallel(ctx, sel, n, o->jobs, rs) != 0) {
             fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
             io_failed = 1;
@@ -481,7 +520,7 @@ static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const 
             if (rs[j].out)
                 fputs(rs[j].out, stdout);
     } else if (!io_failed) {
-        io_failed = run_sequential(ctx, o, s, sel, n, pl, rs);
+        io_failed = run_sequential(ctx, o, s, sel, n, NULL, rs);
     }
     for (size_t j = 0; !io_failed && j < n; j++)
         rep->counts[rs[j].kind]++;
@@ -490,7 +529,7 @@ static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const 
     if (!io_failed)
         io_failed = write_reports(ctx, o, rep);
     if (!io_failed && o->certify)
-        io_failed = certify_finish(ctx, o, cr, rep, pl);
+        io_failed = certify_finish(ctx, o, cr, rep, plugin_path);
     if (s->nerrors)
         printf("%zu case file%s could not be loaded (see above)\n", s->nerrors,
                s->nerrors == 1 ? "" : "s");
@@ -519,12 +558,9 @@ static int do_run(const run_opts *o, int npaths, char **paths)
     memset(&cr, 0, sizeof cr);
     char *suite_arg[1] = {NULL};
     int rc = o->certify ? certify_prepare(ctx, npaths, paths, &cr) : 0;
-    qsk_plugin plugin, *pl = NULL;
+    char *plugin_path = NULL; /* every rank's first worker joins the ranks when it opens */
     if (rc == 0)
-        rc = load_backend(ctx, o->backend, &plugin, &pl);
-    if (rc == 0 && qsk_ranks_child() && qsk_ranks_self()->nranks > 1 &&
-        qsk_ranks_join(ctx, pl) != QS_OK) /* every rank joins before its first case */
-        rc = qsk_usage_error("run", "rank %d: %s", qsk_ranks_self()->rank, qs_ctx_errmsg(ctx));
+        rc = resolve_backend(ctx, o->backend, &plugin_path);
     qsk_suite s;
     memset(&s, 0, sizeof s);
     if (rc == 0 && o->certify) {
@@ -542,24 +578,19 @@ static int do_run(const run_opts *o, int npaths, char **paths)
         rc = certify_open(ctx, o, &s, &cr);
     if (rc == 0) {
         rep.backend = o->backend;
-        rep.backend_name = pl ? pl->table->name : "ref";
-        rep.backend_version = pl ? (pl->table->version ? pl->table->version : "") : qs_version();
+        rep.backend_name = "ref"; /* a plugin's worker names its own */
+        rep.backend_version = qs_version();
         rep.device = "host CPU (the reference)";
-        if (pl)
-            rep.device = pl->table->device && pl->table->device(pl->state)
-                             ? pl->table->device(pl->state)
-                             : "unknown";
         rep.suite = &s;
         if (o->certify)
             rep.title = "qspec certification report";
-        rc = run_loaded(ctx, o, &s, pl, &cr, &rep);
+        rc = run_loaded(ctx, o, &s, plugin_path, &cr, &rep);
     }
     free(suite_arg[0]);
     qsk_outdir_abort(&cr.out);
     qsk_mustpass_free(&cr.list);
     qsk_suite_free(&s);
-    if (pl)
-        qsk_plugin_unload(pl);
+    free(plugin_path);
     qs_ctx_free(ctx);
     return rc;
 }
@@ -585,7 +616,7 @@ static int certify_check_opts(const run_opts *o, int npaths)
 
 static int run_run(int argc, char **argv)
 {
-    run_opts o = {"ref", NULL, NULL, NULL, NULL, NULL, 0, 0, 1, 1};
+    run_opts o = {"ref", NULL, NULL, NULL, NULL, NULL, 0, 0, 1, 1, QSK_DEFAULT_TIMEOUT};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -626,6 +657,17 @@ static int run_run(int argc, char **argv)
             if (*end != '\0' || r < 1 || r > 64)
                 return qsk_usage_error("run", "--ranks '%s' is not a number from 1 to 64", argv[i]);
             o.ranks = (int)r;
+        } else if (strcmp(a, "--timeout") == 0) {
+            if (i + 1 >= argc)
+                return qsk_usage_error("run", "option '%s' needs a value", a);
+            char *end;
+            long t = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || end == argv[i] || t < 1 || t > 86400)
+                return qsk_usage_error("run",
+                                       "--timeout '%s' is not a number of seconds from 1 to "
+                                       "86400",
+                                       argv[i]);
+            o.timeout = (int)t;
         } else if (strcmp(a, "--update-digests") == 0) {
             o.update_digests = 1;
         } else if (strcmp(a, "--quiet") == 0) {
@@ -663,9 +705,10 @@ static int run_run(int argc, char **argv)
 const qsk_command qsk_cmd_run = {
     "run", "run conformance cases on a backend and report",
     "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE]\n"
-    "                 [--junit FILE] [--html FILE] [--jobs N] [--ranks N] [--update-digests]\n"
-    "                 [--quiet] [CASES...]\n"
-    "       qspec run --certify PKGDIR [--backend B] [--jobs N] [--quiet] [SUITE-DIR]\n\n"
+    "                 [--junit FILE] [--html FILE] [--jobs N] [--ranks N] [--timeout S]\n"
+    "                 [--update-digests] [--quiet] [CASES...]\n"
+    "       qspec run --certify PKGDIR [--backend B] [--jobs N] [--timeout S] [--quiet]\n"
+    "                 [SUITE-DIR]\n\n"
     "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
     "the installed suite, or the folder QSPEC_CASES names). For every case the reference\n"
     "computes the outputs and checks them against the case's golden SHA-256 digests (a\n"
@@ -683,8 +726,13 @@ const qsk_command qsk_cmd_run = {
     "                     through its distributed slots: the distributed cases of N ranks run\n"
     "                     on all of them, the other cases on rank 0, which reports; a case of\n"
     "                     another number of ranks is not supported (default 1)\n"
+    "  --timeout S        a plugin runs in worker processes, never in qspec's own: a case\n"
+    "                     whose worker crashes, exits or runs longer than S seconds fails\n"
+    "                     with the reason, and the run goes on in a fresh worker (default\n"
+    "                     300)\n"
     "  --update-digests   rewrite the cases' golden digests from the reference (ref only)\n"
-    "  --quiet            no progress line\n"
+    "  --quiet            no progress line (on a terminal only: cases done of the total,\n"
+    "                     the case running, the time since the run began)\n"
     "  --certify PKGDIR   a certification run: the cases of the suite's must-pass list\n"
     "                     (SUITE-DIR/certify.list; SUITE-DIR defaults to the installed\n"
     "                     suite), with no --filter, --update-digests or report options;\n"

@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "buildtree.h"
 #include "cli.h"
 #include "qspec/qspec.h"
 
@@ -118,5 +120,15 @@ int main(int argc, char **argv)
     const qsk_command *c = qsk_find_command(name);
     if (!c)
         return qsk_usage_error(NULL, "unknown command '%s' (see 'qspec help')", name);
+    /* [CASE-BUILD-TREE] a person at a terminal is told which suite a build tree gives */
+    int tree_suite = qsk_build_tree_defaults();
+    static const qsk_command *const suite_readers[] = {&qsk_cmd_run, &qsk_cmd_list, &qsk_cmd_show,
+                                                       &qsk_cmd_coverage, &qsk_cmd_verify_package};
+    for (size_t i = 0; tree_suite && i < sizeof suite_readers / sizeof suite_readers[0]; i++)
+        if (c == suite_readers[i] && isatty(STDERR_FILENO))
+            fprintf(stderr,
+                    "qspec: run from the build tree %s: by default the cases of %s and the "
+                    "plugins of %s\n",
+                    qsk_build_tree(), qsk_build_tree_cases(), qsk_build_tree_plugins());
     return c->run(argc - 2, argv + 2);
 }

@@ -96,7 +96,8 @@ expect_true "the package's JUnit counts the cases" grep -q "^<testsuites name=\"
 # [CASE-CERTIFY-VERIFY] verify-package
 expect_status "verify-package accepts the package" 0 "$QSPEC" verify-package "$PKG" "$SUITE"
 expect_out "it prints the verdict" "^VALID .*/pkg: qspec $version certification of backend ref $version \(host CPU \(the reference\)\), [0-9T:-]+Z: $nres must-pass cases, $nres passed, 0 not supported by the backend$"
-expect_true "verify-package prints nothing else" test "$(wc -l <"$QST_TMP/out")" -eq 1
+expect_out "it says plainly that digests are not a signature" "^not signed: the digests show that the package's files agree with each other and with the suite, not who made them \(anyone can recompute them\); check a signature with --key$"
+expect_true "verify-package prints nothing else" test "$(wc -l <"$QST_TMP/out")" -eq 2
 if [ "$have_sha" -eq 1 ]; then
     # an edited result
     copy_pkg t1
@@ -104,7 +105,7 @@ if [ "$have_sha" -eq 1 ]; then
     edit "$QST_TMP/t1/results.json" 'd==0 && /"status": "pass"/ {sub(/"status": "pass"/, "\"status\": \"fail\""); d=1} {print}'
     expect_status "an edited result is rejected" 1 "$QSPEC" verify-package "$QST_TMP/t1" "$SUITE"
     expect_out "the problem names results.json" "^INVALID .*/t1: results.json: its SHA-256 differs from the manifest's"
-    expect_out "the verdict counts the problems" "^.*/t1 is not a valid certification package \(2 problems\)$"
+    expect_out "the verdict counts the problems" "^.*/t1 is not a valid certification package \([0-9]+ problems\)$"
     resum "$QST_TMP/t1" results.json
     expect_status "an edited result with forged digests is rejected" 1 "$QSPEC" verify-package "$QST_TMP/t1" "$SUITE"
     expect_out "the problem names the failed case" "^INVALID .*/t1: must-pass case $id failed"
@@ -172,6 +173,108 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ]; then
     expect_true "its manifest says not certified" grep -q '^  "certified": false,$' "$QST_TMP/pl/manifest.json"
     expect_status "verify-package rejects it" 1 "$QSPEC" verify-package "$QST_TMP/pl" "$SUITE"
     expect_out "a problem names a failed current-scaling case" "^INVALID .*/pl: must-pass case rec\.current\.[^ ]+ failed: output=[a-z_]+ index=0 expected=0x"
+fi
+
+# [CASE-CERTIFY-VERIFY] contradictions inside a package whose digests were all recomputed
+if [ "$have_sha" -eq 1 ] && [ -d "$QST_TMP/pl" ]; then
+    nf=$(grep -c '"status": "fail"' "$QST_TMP/pl/results.json")
+    # every fail flipped to pass in results.json
+    rm -rf "$QST_TMP/c1" && cp -R "$QST_TMP/pl" "$QST_TMP/c1"
+    sed -i 's/"status": "fail"/"status": "pass"/' "$QST_TMP/c1/results.json"
+    resum "$QST_TMP/c1" results.json
+    expect_status "results flipped to pass are rejected" 1 "$QSPEC" verify-package "$QST_TMP/c1" "$SUITE"
+    expect_out "results.json's own summary disagrees" "^INVALID .*/c1: results.json: its summary does not count its own results"
+    expect_out "the manifest's summary disagrees" "^INVALID .*/c1: manifest.json: its summary differs from the results"
+    expect_out "the manifest's certified flag disagrees" "^INVALID .*/c1: manifest.json: \"certified\": false, but the results make it true$"
+    expect_out "junit.xml still counts the failures" "^INVALID .*/c1: junit.xml: $nf cases failed, but results.json has 0$"
+    expect_out "junit.xml names a case that failed" "^INVALID .*/c1: junit.xml: case rec\.current\.[^ ]+ is fail, but results.json says pass$"
+    expect_out "report.html still counts the failures" "^INVALID .*/c1: report.html: $nf cases failed, but results.json has 0$"
+    # the summary of results.json made to agree as well: JUnit, HTML and the manifest still say no
+    np=$(grep -c '"status": "pass"' "$QST_TMP/c1/results.json")
+    sed -i "s/\"summary\": {\"passed\": [0-9]*, \"failed\": [0-9]*,/\"summary\": {\"passed\": $np, \"failed\": 0,/" "$QST_TMP/c1/results.json"
+    resum "$QST_TMP/c1" results.json
+    expect_status "with its summary forged too, still rejected" 1 "$QSPEC" verify-package "$QST_TMP/c1" "$SUITE"
+    expect_true "results.json's summary now agrees with itself" sh -c "! grep -q 'results.json: its summary' '$QST_TMP/out'"
+    expect_out "junit.xml still disagrees" "^INVALID .*/c1: junit.xml: $nf cases failed"
+    # a manifest that says certified
+    rm -rf "$QST_TMP/c2" && cp -R "$QST_TMP/pl" "$QST_TMP/c2"
+    sed -i 's/^  "certified": false,/  "certified": true,/' "$QST_TMP/c2/manifest.json"
+    (cd "$QST_TMP/c2" && sha256sum manifest.json >manifest.sha256)
+    expect_status "a manifest that says certified is rejected" 1 "$QSPEC" verify-package "$QST_TMP/c2" "$SUITE"
+    expect_out "the flag is named" "^INVALID .*/c2: manifest.json: \"certified\": true, but the results make it false$"
+    # a changed backend name, in the manifest or in the results
+    copy_pkg c3
+    sed -i 's/^    "name": "ref",/    "name": "fast",/' "$QST_TMP/c3/manifest.json"
+    (cd "$QST_TMP/c3" && sha256sum manifest.json >manifest.sha256)
+    expect_status "a backend renamed in the manifest is rejected" 1 "$QSPEC" verify-package "$QST_TMP/c3" "$SUITE"
+    expect_out "the identity is named" "^INVALID .*/c3: results.json: the backend's name, version or device differs from the manifest's$"
+    copy_pkg c4
+    sed -i 's/^  "device": "host CPU (the reference)",/  "device": "a faster one",/' "$QST_TMP/c4/results.json"
+    resum "$QST_TMP/c4" results.json
+    expect_status "a device changed in the results is rejected" 1 "$QSPEC" verify-package "$QST_TMP/c4" "$SUITE"
+    expect_out "the identity is named" "^INVALID .*/c4: results.json: the backend's name, version or device differs"
+    copy_pkg c5
+    sed -i 's/<property name="device" value="[^"]*"/<property name="device" value="elsewhere"/' "$QST_TMP/c5/junit.xml"
+    resum "$QST_TMP/c5" junit.xml
+    expect_status "a device changed in junit.xml is rejected" 1 "$QSPEC" verify-package "$QST_TMP/c5" "$SUITE"
+    expect_out "junit.xml's identity is named" "^INVALID .*/c5: junit.xml: the backend, its version or device differs from the manifest's$"
+    # an emptied junit.xml, a garbage report.html
+    copy_pkg c6
+    : >"$QST_TMP/c6/junit.xml"
+    resum "$QST_TMP/c6" junit.xml
+    printf '<html>all passed</html>\n' >"$QST_TMP/c6/report.html"
+    resum "$QST_TMP/c6" report.html
+    expect_status "an empty junit.xml and a garbage report.html are rejected" 1 "$QSPEC" verify-package "$QST_TMP/c6" "$SUITE"
+    expect_out "junit.xml is named" "^INVALID .*/c6: junit.xml: no summary where this kit writes one: not a report of this kit$"
+    expect_out "report.html is named" "^INVALID .*/c6: report.html: no summary where this kit writes one: not a report of this kit$"
+    # a row of the HTML report changed
+    copy_pkg c7
+    id=$(first_id "$PKG/results.json")
+    sed -i "s|<tr class=\"pass\"><td>$id</td>|<tr class=\"skip\"><td>$id</td>|" "$QST_TMP/c7/report.html"
+    expect_true "a row was changed" sh -c "! cmp -s '$QST_TMP/c7/report.html' '$PKG/report.html'"
+    resum "$QST_TMP/c7" report.html
+    expect_status "a case's row changed in report.html is rejected" 1 "$QSPEC" verify-package "$QST_TMP/c7" "$SUITE"
+    expect_out "the case is named" "^INVALID .*/c7: report.html: case $id is not_supported, but results.json says pass$"
+    # entries a package should not hold
+    copy_pkg c8
+    echo extra >"$QST_TMP/c8/notes.txt"
+    mkdir "$QST_TMP/c8/more"
+    mv "$QST_TMP/c8/report.html" "$QST_TMP/report-copy.html"
+    ln -s "$QST_TMP/report-copy.html" "$QST_TMP/c8/report.html"
+    expect_status "extra entries and links are rejected" 1 "$QSPEC" verify-package "$QST_TMP/c8" "$SUITE"
+    expect_out "an extra file is named" "^INVALID .*/c8: 'notes.txt' does not belong in a package"
+    expect_out "an extra folder is named" "^INVALID .*/c8: 'more' does not belong in a package"
+    expect_out "a link is named" "^INVALID .*/c8: report.html is a symbolic link: a package holds regular files only$"
+    expect_true "the link's target has the right digest: only the link is wrong" test "$(grep -c '^INVALID' "$QST_TMP/out")" -eq 3
+fi
+
+# [CASE-CERTIFY-SIGN] an optional detached signature over manifest.sha256 (ssh-keygen -Y)
+if command -v ssh-keygen >/dev/null 2>&1 && ssh-keygen -t ed25519 -N '' -q -C qspec-test -f "$QST_TMP/key" </dev/null &&
+    ssh-keygen -t ed25519 -N '' -q -C other -f "$QST_TMP/other" </dev/null; then
+    copy_pkg g1
+    expect_status "ssh-keygen signs manifest.sha256" 0 ssh-keygen -Y sign -f "$QST_TMP/key" -n qspec-package "$QST_TMP/g1/manifest.sha256"
+    expect_status "a signed package verifies with the key" 0 "$QSPEC" verify-package --key "$QST_TMP/key.pub" "$QST_TMP/g1" "$SUITE"
+    expect_out "the verdict says it is signed" "^signed: manifest.sha256 carries a good signature by the key .*/key.pub \(ssh-keygen -Y verify, namespace qspec-package\)$"
+    expect_status "without --key the signature is allowed but not checked" 0 "$QSPEC" verify-package "$QST_TMP/g1" "$SUITE"
+    expect_out "and the verdict says not signed" "^not signed: "
+    expect_status "another key is rejected" 1 "$QSPEC" verify-package --key "$QST_TMP/other.pub" "$QST_TMP/g1" "$SUITE"
+    expect_out "the signature is named" "^INVALID .*/g1: manifest.sha256.sig: not a good signature of manifest.sha256 by the key .*/other.pub"
+    expect_status "--key with an unsigned package is rejected" 1 "$QSPEC" verify-package --key "$QST_TMP/key.pub" "$PKG" "$SUITE"
+    expect_out "the missing signature is named" "^INVALID .*/pkg: manifest.sha256.sig is missing: the package is not signed"
+    expect_status "--key with a file that is not a public key is rejected" 1 "$QSPEC" verify-package --key "$QST_TMP/g1/results.json" "$QST_TMP/g1" "$SUITE"
+    expect_out "the key is named" "^INVALID .*/g1: --key .*results.json: not an SSH public key"
+    if [ "$have_sha" -eq 1 ]; then
+        # re-signing by a forger needs the key: an edited, re-digested package fails the signature
+        copy_pkg g2
+        cp "$QST_TMP/g1/manifest.sha256.sig" "$QST_TMP/g2/"
+        sed -i 's/^  "date": "[^"]*",/  "date": "2020-01-01T00:00:00Z",/' "$QST_TMP/g2/manifest.json"
+        (cd "$QST_TMP/g2" && sha256sum manifest.json >manifest.sha256)
+        expect_status "a re-digested package fails the signature" 1 "$QSPEC" verify-package --key "$QST_TMP/key.pub" "$QST_TMP/g2" "$SUITE"
+        expect_out "the signature is named" "^INVALID .*/g2: manifest.sha256.sig: not a good signature"
+    fi
+    expect_usage "--key needs a value" "$QSPEC" verify-package "$PKG" --key
+else
+    echo "# ssh-keygen cannot make keys here: the signature checks are not run"
 fi
 
 # [CASE-CERTIFY-LIST] usage errors: one line, exit 2, no package
