@@ -3,7 +3,8 @@
  * clear reason when no CUDA device (or driver) is present. The table claims cast and the
  * delayed, current, mxfp8, block and nvfp4 quantizers (cuda/qc_slots.cu).
  * dequantize (cuda/qc_dequant.cu) takes every recipe; the distributed slots run over NCCL
- * (cuda/qc_dist.cu) when the plugin was built with nccl.h. */
+ * (cuda/qc_dist.cu) when the plugin was built with nccl.h; cast16, sdpa_fwd/bwd and
+ * gdn_fwd/bwd are cuda/qc_cast16.cu, qc_sdpa.cu and qc_gdn.cu. */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
@@ -12,7 +13,8 @@
 #include "qc_slots.h"
 #include "qspec/backend.h"
 
-namespace {
+namespace
+{
 
 struct cuda_state {
     int device;
@@ -73,7 +75,8 @@ qs_backend make_table()
     t.version = "0.1.0";
     t.caps = QS_CAP_CAST | QS_CAP_QUANT_DELAYED | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_MXFP8 |
              QS_CAP_QUANT_BLOCK | QS_CAP_QUANT_NVFP4 | QS_CAP_DEQUANT | QS_CAP_GEMM_TENSOR |
-             QS_CAP_GEMM_BLOCK | QS_CAP_GEMM_MX | QS_CAP_GEMM_NVFP4;
+             QS_CAP_GEMM_BLOCK | QS_CAP_GEMM_MX | QS_CAP_GEMM_NVFP4 | QS_CAP_CAST16 | QS_CAP_SDPA |
+             QS_CAP_GDN;
     t.open = cuda_open;
     t.close = cuda_close;
     t.device = cuda_device;
@@ -81,6 +84,11 @@ qs_backend make_table()
     t.quantize = qc_slot_quantize;
     t.dequantize = qc_slot_dequantize;
     t.gemm = qc_slot_gemm;
+    t.cast16 = qc_slot_cast16;
+    t.sdpa_fwd = qc_slot_sdpa_fwd;
+    t.sdpa_bwd = qc_slot_sdpa_bwd;
+    t.gdn_fwd = qc_slot_gdn_fwd;
+    t.gdn_bwd = qc_slot_gdn_bwd;
 #ifdef QC_HAVE_DIST /* NCCL, opened when a distributed run joins */
     t.caps |= QS_CAP_DIST;
     t.dist_id = qc_slot_dist_id;

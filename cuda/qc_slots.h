@@ -19,5 +19,12 @@ qs_status qc_slot_dist_join(void *state, int nranks, int rank, const void *id, s
                             char *why, size_t why_len);
 qs_status qc_slot_allreduce_amax(void *state, int64_t n, float *amax, char *why, size_t why_len);
 void qc_dist_release();
+/* The wide cast (cuda/qc_cast16.cu), softmax attention (cuda/qc_sdpa.cu) and Gated DeltaNet
+ * (cuda/qc_gdn.cu). */
+qs_status qc_slot_cast16(void *state, const qs_cast16_args *a);
+qs_status qc_slot_sdpa_fwd(void *state, qs_sdpa_args *a);
+qs_status qc_slot_sdpa_bwd(void *state, qs_sdpa_args *a);
+qs_status qc_slot_gdn_fwd(void *state, qs_gdn_args *a);
+qs_status qc_slot_gdn_bwd(void *state, qs_gdn_args *a);
 
 #endif
