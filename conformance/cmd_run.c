@@ -683,9 +683,9 @@ static int run_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_run = {
     "run", "run conformance cases on a backend and report",
-    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--tier T] [--report-json FILE]\n"
-    "                 [--junit FILE] [--html FILE] [--jobs N] [--ranks N] [--update-digests]\n"
-    "                 [--quiet] [CASES...]\n"
+    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--tier T]\n"
+    "                 [--report-json FILE] [--junit FILE] [--html FILE] [--jobs N]\n"
+    "                 [--ranks N] [--update-digests] [--quiet] [CASES...]\n"
     "       qspec run --certify PKGDIR [--backend B] [--jobs N] [--quiet] [SUITE-DIR]\n\n"
     "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
     "the installed suite, or the folder QSPEC_CASES names). For every case the reference\n"
