@@ -12,12 +12,14 @@
 #include "program.h"
 
 #define QSK_MAX_INPUT_ELEMS (INT64_C(1) << 26)
+#define QSK_MAX_LARGE_ELEMS (INT64_C(1) << 28) /* in a large-tier case [CASE-TIER] */
 
 typedef struct loader {
     qs_ctx *ctx;
     const char *path;
     qsk_rule_known_fn known;
     void *known_arg;
+    int64_t max_elems; /* of one input: the case's tier sets it */
 } loader;
 
 static qs_status err_at(loader *L, const qsk_ynode *n, const char *fmt, ...)
@@ -214,8 +216,10 @@ static qs_status load_shape(loader *L, const qsk_ynode *n, qsk_input *in)
             return err_at(L, n->items[d],
                           "impossible shape: extent '%s' is not a non-negative integer",
                           n->items[d]->text);
-        if (e > (uint64_t)QSK_MAX_INPUT_ELEMS || (e && numel > QSK_MAX_INPUT_ELEMS / (int64_t)e))
-            return err_at(L, n->items[d], "impossible shape: more than 2^26 elements");
+        if (e > (uint64_t)L->max_elems || (e && numel > L->max_elems / (int64_t)e))
+            return err_at(L, n->items[d], "impossible shape: more than 2^%d elements%s",
+                          L->max_elems == QSK_MAX_INPUT_ELEMS ? 26 : 28,
+                          L->max_elems == QSK_MAX_INPUT_ELEMS ? "" : " (tier large)");
         in->shape[d] = (int64_t)e;
         numel *= (int64_t)e;
     }
@@ -507,6 +511,68 @@ static qs_status load_named(loader *L, const qsk_ynode *n, const char *what, qsk
     return QS_OK;
 }
 
+const char *qsk_tier_name(qsk_tier t)
+{
+    return t == QSK_TIER_LARGE ? "large" : "default";
+}
+
+int qsk_tier_parse(const char *s)
+{
+    return strcmp(s, "default") == 0 ? QSK_TIER_DEFAULT
+           : strcmp(s, "large") == 0 ? QSK_TIER_LARGE
+                                     : -1;
+}
+
+/* [CASE-TIER] `tier: default|large`; [CASE-TIER-SELF] `reference: compare|none`, where none
+ * belongs to a large op: program case only. */
+static qs_status load_tier(loader *L, const qsk_ynode *n, qsk_case *c)
+{
+    const qsk_ynode *t = qsk_yaml_get(n, "tier"), *r = qsk_yaml_get(n, "reference");
+    qs_status st = t ? want_kind(L, t, QSK_Y_SCALAR, "'tier'") : QS_OK;
+    if (st == QS_OK && t) {
+        int k = qsk_tier_parse(t->text);
+        if (k < 0)
+            return err_at(L, t, "unknown tier '%s' (default or large)", t->text);
+        c->tier = (qsk_tier)k;
+    }
+    if (st == QS_OK && r)
+        st = want_kind(L, r, QSK_Y_SCALAR, "'reference'");
+    if (st != QS_OK || !r)
+        return st;
+    if (strcmp(r->text, "none") == 0)
+        c->self_only = 1;
+    else if (strcmp(r->text, "compare") != 0)
+        return err_at(L, r, "'reference' is 'compare' or 'none', not '%s'", r->text);
+    if (c->self_only && c->tier != QSK_TIER_LARGE)
+        return err_at(L, r,
+                      "'reference: none' belongs to a case of tier large: a default-tier case is "
+                      "checked against the reference");
+    if (c->self_only && strcmp(c->op, "program") != 0)
+        return err_at(L, r,
+                      "'reference: none' belongs to op: program, whose variants check each "
+                      "other; op %s has only the comparison with the reference",
+                      c->op);
+    return QS_OK;
+}
+
+/* A case compared with no reference must check something that can fail: a same_as with a
+ * differs_from beside it [RCP-NONVACUOUS]. */
+static qs_status check_self_only(loader *L, const qsk_ynode *r, const qsk_case *c)
+{
+    const qskp_program *p = c->program;
+    int same = 0, differs = 0;
+    for (size_t i = 0; p && i < p->nvariants; i++)
+        for (size_t k = 0; k < p->variants[i].ncmp; k++) {
+            same |= p->variants[i].cmp[k].kind == QSKP_SAME_AS;
+            differs |= p->variants[i].cmp[k].kind == QSKP_DIFFERS_FROM;
+        }
+    if (same && differs)
+        return QS_OK;
+    return err_at(L, r,
+                  "a case with 'reference: none' checks only its variants against each other: "
+                  "it needs a same_as and a differs_from");
+}
+
 /* The keys of op: program (conformance/program.c) [CASE-PROG]; other ops have none. */
 static qs_status load_program_keys(loader *L, const qsk_ynode *n, qsk_case *c)
 {
@@ -521,9 +587,9 @@ static qs_status load_program_keys(loader *L, const qsk_ynode *n, qsk_case *c)
 
 static qs_status load_case(loader *L, const qsk_ynode *n, qsk_case *c)
 {
-    static const char *const keys[] = {"id",       "rules",        "op",          "params",
-                                       "inputs",   "outputs",      "description", "program",
-                                       "variants", "expect_error", NULL};
+    static const char *const keys[] = {
+        "id",        "rules",       "op",      "params",   "inputs",       "outputs", "tier",
+        "reference", "description", "program", "variants", "expect_error", NULL};
     qs_status st = want_kind(L, n, QSK_Y_MAP, "a case");
     if (st == QS_OK)
         st = only_keys(L, n, keys, "a case");
@@ -550,16 +616,23 @@ static qs_status load_case(loader *L, const qsk_ynode *n, qsk_case *c)
     if (st != QS_OK)
         return st;
     c->op_pos = (qsk_pos){op->line, op->col};
+    st = load_tier(L, n, c);
+    L->max_elems = c->tier == QSK_TIER_LARGE ? QSK_MAX_LARGE_ELEMS : QSK_MAX_INPUT_ELEMS;
     const qsk_ynode *params = qsk_yaml_get(n, "params");
-    if (params)
+    if (st == QS_OK && params)
         st = load_params(L, params, c);
     if (st == QS_OK)
         st = need(L, n, "inputs", &inputs);
     if (st == QS_OK)
         st = load_named(L, inputs, "'inputs'", c, 0);
-    if (st == QS_OK)
+    outputs = qsk_yaml_get(n, "outputs");
+    if (st == QS_OK && c->self_only && outputs)
+        st = err_at(L, outputs,
+                    "a case with 'reference: none' is compared with no reference: it has no "
+                    "'outputs'");
+    else if (st == QS_OK && !c->self_only)
         st = need(L, n, "outputs", &outputs);
-    if (st == QS_OK)
+    if (st == QS_OK && outputs)
         st = load_named(L, outputs, "'outputs'", c, 1);
     const qsk_ynode *desc = qsk_yaml_get(n, "description");
     if (st == QS_OK && desc) {
@@ -573,6 +646,8 @@ static qs_status load_case(loader *L, const qsk_ynode *n, qsk_case *c)
     }
     if (st == QS_OK)
         st = load_program_keys(L, n, c);
+    if (st == QS_OK && c->self_only)
+        st = check_self_only(L, qsk_yaml_get(n, "reference"), c);
     return st;
 }
 
@@ -619,7 +694,7 @@ static qs_status parse_loaded(qs_ctx *ctx, qsk_rule_known_fn known, void *known_
     st = qsk_yaml_parse(ctx, f->path, f->text, f->len, &root);
     if (st != QS_OK)
         return st;
-    loader L = {ctx, f->path, known, known_arg};
+    loader L = {ctx, f->path, known, known_arg, QSK_MAX_INPUT_ELEMS};
     st = load_root(&L, root, f);
     qsk_yaml_free(root);
     return st;

@@ -69,6 +69,9 @@ typedef struct qsk_output {
 
 struct qskp_program; /* conformance/program.h: the program of op: program */
 
+/* The tier of a case [CASE-TIER]: a default run selects the default tier only. */
+typedef enum { QSK_TIER_DEFAULT, QSK_TIER_LARGE } qsk_tier;
+
 typedef struct qsk_case {
     char id[QSK_ID_LEN];
     const char *file; /* borrowed from the suite */
@@ -85,6 +88,8 @@ typedef struct qsk_case {
     size_t noutputs;
     char *description;
     struct qskp_program *program; /* op: program only [CASE-PROG] */
+    qsk_tier tier;                /* [CASE-TIER] */
+    int self_only;                /* reference: none: compared with no reference [CASE-TIER-SELF] */
 } qsk_case;
 
 typedef struct qsk_case_file {
@@ -109,6 +114,11 @@ void qsk_case_file_free(qsk_case_file *f);
 /* A parameter's text, or NULL when absent. */
 const qsk_param *qsk_case_param(const qsk_case *c, const char *key);
 const qsk_input *qsk_case_input(const qsk_case *c, const char *name);
+
+/* A tier's name in case files and on the command line ("default", "large"). */
+const char *qsk_tier_name(qsk_tier t);
+/* The tier named s; returns -1 for an unknown name. */
+int qsk_tier_parse(const char *s);
 
 /* Generates an input tensor as spec/cases.md [CASE-GEN-*] and spec/random.md define. */
 qs_status qsk_input_generate(qs_ctx *ctx, const qsk_input *in, qs_tensor *t);

@@ -41,7 +41,17 @@ typedef struct run_opts {
     int jobs;
     int ranks;   /* --ranks: processes of a distributed run [CASE-RANKS] */
     int timeout; /* --timeout: seconds a case may take in a plugin's worker [CASE-TIMEOUT] */
+    int tiers;   /* --tier: a bit per qsk_tier selected [CASE-TIER] */
 } run_opts;
+
+/* --tier NAME: default, large or all, as a bit per tier; -1 for another word. */
+static int tier_mask(const char *name)
+{
+    if (strcmp(name, "all") == 0)
+        return (1 << QSK_TIER_DEFAULT) | (1 << QSK_TIER_LARGE);
+    int t = qsk_tier_parse(name);
+    return t < 0 ? -1 : 1 << t;
+}
 
 static double now_seconds(void)
 {
@@ -67,7 +77,8 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
     qs_status st = QS_OK;
     for (; nin < c->ninputs && nin < 16 && st == QS_OK; nin++)
         st = qsk_input_generate(ctx, &c->inputs[nin], &inputs[nin]);
-    if (st == QS_OK)
+    int ref_runs = !(pl && c->self_only); /* [CASE-TIER-SELF] */
+    if (st == QS_OK && ref_runs)
         st = op->run_ref(ctx, c, inputs, &ref);
     if (st != QS_OK) {
         qsk_result_fail(r, "the reference failed: %s", qs_ctx_errmsg(ctx));
@@ -134,9 +145,9 @@ static int update_file(qs_ctx *ctx, const qsk_case_file *f, qsk_results *refs)
     return rc;
 }
 
-static int selected(const qsk_case *c, const char *filter)
+static int selected(const qsk_case *c, const char *filter, int tiers)
 {
-    return !filter || fnmatch(filter, c->id, 0) == 0;
+    return (tiers & (1 << c->tier)) && (!filter || fnmatch(filter, c->id, 0) == 0);
 }
 
 /* Runs the selected cases in this process, printing each case's failure lines as it
@@ -427,7 +438,8 @@ static int picked(const run_opts *o, const certify_run *cr, const qsk_case *c)
     const qsk_ranks *me = qsk_ranks_self(); /* a rank > 0 runs the distributed cases only */
     if (me->rank > 0 && qsk_case_dist_ranks(c) != me->nranks)
         return 0;
-    return o->certify ? qsk_mustpass_match(&cr->list, c->id) : selected(c, o->filter);
+    return o->certify ? c->tier == QSK_TIER_DEFAULT && qsk_mustpass_match(&cr->list, c->id)
+                      : selected(c, o->filter, o->tiers);
 }
 
 static int write_report(qs_ctx *ctx, const char *path, void (*writer)(FILE *, const qsk_report *),
@@ -616,8 +628,9 @@ static int certify_check_opts(const run_opts *o, int npaths)
 
 static int run_run(int argc, char **argv)
 {
-    run_opts o = {"ref", NULL, NULL, NULL, NULL, NULL, 0, 0, 1, 1, QSK_DEFAULT_TIMEOUT};
-    int i = 0;
+    run_opts o = {"ref", NULL, NULL, NULL, NULL, NULL, 0, 0, 1, 1, QSK_DEFAULT_TIMEOUT,
+                  1 << QSK_TIER_DEFAULT};
+    int i = 0, tier_given = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (qsk_is_help(a)) {
@@ -668,6 +681,12 @@ static int run_run(int argc, char **argv)
                                        "86400",
                                        argv[i]);
             o.timeout = (int)t;
+        } else if (strcmp(a, "--tier") == 0) {
+            if (i + 1 >= argc)
+                return qsk_usage_error("run", "option '%s' needs a value", a);
+            if ((o.tiers = tier_mask(argv[++i])) < 0)
+                return qsk_usage_error("run", "--tier '%s' is not default, large or all", argv[i]);
+            tier_given = 1;
         } else if (strcmp(a, "--update-digests") == 0) {
             o.update_digests = 1;
         } else if (strcmp(a, "--quiet") == 0) {
@@ -676,6 +695,9 @@ static int run_run(int argc, char **argv)
             return qsk_usage_error("run", "unknown option '%s'", a);
         }
     }
+    if (o.certify && tier_given)
+        return qsk_usage_error("run", "--certify runs the must-pass list of the default tier: "
+                                      "--tier is not allowed with it");
     if (o.certify) {
         int rc = certify_check_opts(&o, argc - i);
         if (rc)
@@ -704,9 +726,9 @@ static int run_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_run = {
     "run", "run conformance cases on a backend and report",
-    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--report-json FILE]\n"
-    "                 [--junit FILE] [--html FILE] [--jobs N] [--ranks N] [--timeout S]\n"
-    "                 [--update-digests] [--quiet] [CASES...]\n"
+    "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--tier T]\n"
+    "                 [--report-json FILE] [--junit FILE] [--html FILE] [--jobs N]\n"
+    "                 [--ranks N] [--timeout S] [--update-digests] [--quiet] [CASES...]\n"
     "       qspec run --certify PKGDIR [--backend B] [--jobs N] [--timeout S] [--quiet]\n"
     "                 [SUITE-DIR]\n\n"
     "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
@@ -717,6 +739,10 @@ const qsk_command qsk_cmd_run = {
     "lacks is reported as not supported (skipped), never run on the reference instead.\n\n"
     "  --backend B        ref (default), a plugin name (cuda) or a path to a plugin\n"
     "  --filter GLOB      run only the cases whose id matches GLOB\n"
+    "  --tier T           the tier of cases to run: default (the default), large (the\n"
+    "                     production-size cases, skipped otherwise) or all. A large case with\n"
+    "                     'reference: none' runs on a plugin with no reference run: only its\n"
+    "                     variants' checks of each other (self-consistency) judge it\n"
     "  --report-json F    write the results as JSON to F\n"
     "  --junit F          write the results as JUnit XML to F\n"
     "  --html F           write a self-contained HTML report to F, with an error histogram\n"
@@ -760,17 +786,21 @@ static int load_for(const char *cmd, qs_ctx *ctx, int argc, char **argv, qsk_sui
 static int list_run(int argc, char **argv)
 {
     const char *filter = NULL;
-    int i = 0;
+    int i = 0, tiers = 1 << QSK_TIER_DEFAULT;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (qsk_is_help(argv[i])) {
             qsk_print_help(stdout, &qsk_cmd_list);
             return QSK_EXIT_OK;
         }
-        if (strcmp(argv[i], "--filter") != 0)
+        int tier = strcmp(argv[i], "--tier") == 0;
+        if (!tier && strcmp(argv[i], "--filter") != 0)
             return qsk_usage_error("list", "unknown option '%s'", argv[i]);
         if (i + 1 >= argc)
-            return qsk_usage_error("list", "option '--filter' needs a value");
-        filter = argv[++i];
+            return qsk_usage_error("list", "option '%s' needs a value", argv[i]);
+        if (!tier)
+            filter = argv[++i];
+        else if ((tiers = tier_mask(argv[++i])) < 0)
+            return qsk_usage_error("list", "--tier '%s' is not default, large or all", argv[i]);
     }
     qs_ctx *ctx = qs_ctx_new();
     qsk_suite s;
@@ -778,8 +808,9 @@ static int list_run(int argc, char **argv)
     if (rc == QSK_EXIT_OK || s.files) {
         for (size_t f = 0; f < s.nfiles; f++)
             for (size_t k = 0; k < s.files[f].ncases; k++)
-                if (selected(&s.files[f].cases[k], filter))
-                    printf("%s\n", s.files[f].cases[k].id);
+                if (selected(&s.files[f].cases[k], filter, tiers))
+                    printf("%s%s\n", s.files[f].cases[k].id,
+                           s.files[f].cases[k].tier == QSK_TIER_LARGE ? " (tier large)" : "");
     }
     qsk_suite_free(&s);
     qs_ctx_free(ctx);
@@ -788,9 +819,10 @@ static int list_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_list = {
     "list", "list the ids of conformance cases",
-    "usage: qspec list [--filter GLOB] [CASES...]\n\n"
+    "usage: qspec list [--filter GLOB] [--tier default|large|all] [CASES...]\n\n"
     "Prints one case id per line, for the cases in CASES (files or folders; by default the\n"
-    "installed suite). Exit status 2 when a case file cannot be loaded.\n",
+    "installed suite) of the tier selected (default: the default tier; a large case's line\n"
+    "ends in ' (tier large)'). Exit status 2 when a case file cannot be loaded.\n",
     list_run};
 
 static const char *gen_text(const qsk_input *in, char *buf, size_t cap)
@@ -808,6 +840,9 @@ static void show_case(const qsk_case *c)
 {
     char buf[160];
     printf("id: %s\nfile: %s:%d\nop: %s\n", c->id, c->file, c->pos.line, c->op);
+    if (c->tier != QSK_TIER_DEFAULT || c->self_only)
+        printf("tier: %s\nreference: %s\n", qsk_tier_name(c->tier),
+               c->self_only ? "none (self-consistency only)" : "compare");
     if (c->description)
         printf("description: %s\n", c->description);
     printf("rules:");

@@ -152,8 +152,8 @@ static qs_status build(vrun *r, const qskp_node *region, int parent, const qskp_
         case QSKP_GDN: {
             const qs_tensor *g = qsk_input_tensor(r->c, r->inputs, s->in[0]);
             const qs_tensor *beta = qsk_input_tensor(r->c, r->inputs, s->in[1]);
-            st = qs_program_gdn(r->ctx, r->p, parent, s->name, (int64_t)g->numel, g->data,
-                                beta->data, &id);
+            st = qs_program_gdn_heads(r->ctx, r->p, parent, s->name, (int64_t)g->numel / s->heads,
+                                      s->heads, g->data, beta->data, &id);
             if (st == QS_OK)
                 st = add_op(r, s, NULL);
             break;

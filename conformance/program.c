@@ -369,10 +369,12 @@ static qs_status load_region(ploader *L, const qsk_ynode *v, qskp_node *s)
 
 static qs_status load_op(ploader *L, const qsk_ynode *v, const qskp_opdef *d, qskp_node *s)
 {
-    const char *keys[QSKP_MAX_OP_INPUTS + 4] = {"name", "when", "unless"};
+    const char *keys[QSKP_MAX_OP_INPUTS + 5] = {"name", "when", "unless"};
     int nk = 3;
     for (int i = 0; d->inputs[i]; i++)
         keys[nk++] = d->inputs[i];
+    if (d->kind == QSKP_GDN)
+        keys[nk++] = "heads";
     keys[nk] = NULL;
     qs_status st = want(L, v, QSK_Y_MAP, d->name);
     if (st == QS_OK)
@@ -390,6 +392,10 @@ static qs_status load_op(ploader *L, const qsk_ynode *v, const qskp_opdef *d, qs
         if (st == QS_OK && !input_named(L, s->in[i]))
             st = PERR(L, in, "op '%s': the case has no input '%s'", s->name, s->in[i]);
     }
+    const qsk_ynode *h = d->kind == QSKP_GDN ? qsk_yaml_get(v, "heads") : NULL;
+    s->heads = 1;
+    if (st == QS_OK && h)
+        st = int_at(L, h, "gdn 'heads'", 1, 4096, &s->heads);
     return st;
 }
 
@@ -1460,13 +1466,25 @@ static qs_status walk_op(ploader *L, const qskp_variant *v, const qskp_node *s, 
         w->dtype = QS_BF16; /* [GEMM-LIN-HP]: a linear's output is BF16 */
         return QS_OK;
     }
+    if (w->dim % s->heads != 0)
+        return perr_at(L, s->pos,
+                       "impossible shape: gdn '%s' has %lld heads, which do not divide its "
+                       "activations' %lld columns",
+                       s->name, (long long)s->heads, (long long)w->dim);
     for (int i = 0; i < 2; i++) {
         const qsk_input *in = input_named(L, s->in[i]);
-        if (in->dtype != QS_FP32 || in->ndim != 1 || in->shape[0] != w->rows)
+        int ok = in->dtype == QS_FP32 && in->ndim == (s->heads > 1 ? 2 : 1) &&
+                 in->shape[0] == w->rows && (s->heads == 1 || in->shape[1] == s->heads);
+        if (!ok && s->heads == 1)
             return perr_at(L, s->in_pos[i],
                            "impossible shape: gdn '%s': '%s' must be a 1-D fp32 input of %lld "
                            "values (one per row)",
                            s->name, s->in[i], (long long)w->rows);
+        if (!ok)
+            return perr_at(L, s->in_pos[i],
+                           "impossible shape: gdn '%s': '%s' must be an fp32 input [%lld, %lld] "
+                           "(one value per row and head)",
+                           s->name, s->in[i], (long long)w->rows, (long long)s->heads);
     }
     /* [CASE-PROG-ISLAND-CHECK] [SCOPE-ISLAND-REJECT] */
     if (!w->island && (w->enabled || w->calibrating) && !expects(v, QS_ERR_STATE))

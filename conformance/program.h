@@ -72,6 +72,7 @@ typedef struct qskp_node {
     /* ops [CASE-PROG-OP]: input names, in the order of the op's table entry */
     char in[QSKP_MAX_OP_INPUTS][QSK_NAME_LEN];
     qsk_pos in_pos[QSKP_MAX_OP_INPUTS];
+    int64_t heads;          /* gdn ops: heads (1 unless given) */
     qskp_mla mla;           /* mla ops */
     struct qskp_node *body; /* regions: the statements of the body */
     size_t nbody;

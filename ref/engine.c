@@ -59,7 +59,7 @@ typedef struct qsi_node {
     qs_tensor w;
     qs_quantizer q[QS_RECIPE_COUNT][QS_SCOPE_ROLE_COUNT];
     int qinit[QS_RECIPE_COUNT];
-    int64_t rows;
+    int64_t rows, heads; /* gdn: tokens, and heads (g, beta hold rows * heads values) */
     float *g, *beta;
     qsi_mla_op *mla;
 } qsi_node;
@@ -284,26 +284,37 @@ qs_status qs_program_linear(qs_ctx *ctx, qs_program *p, int parent, const char *
 qs_status qs_program_gdn(qs_ctx *ctx, qs_program *p, int parent, const char *name, int64_t rows,
                          const float *g, const float *beta, int *id)
 {
+    return qs_program_gdn_heads(ctx, p, parent, name, rows, 1, g, beta, id);
+}
+
+qs_status qs_program_gdn_heads(qs_ctx *ctx, qs_program *p, int parent, const char *name,
+                               int64_t rows, int64_t heads, const float *g, const float *beta,
+                               int *id)
+{
     qs_status s = check_op_name(ctx, p, name);
     if (s != QS_OK)
         return s;
-    if (rows < 1 || !g || !beta)
+    if (rows < 1 || heads < 1 || heads > (INT64_C(1) << 20) || !g || !beta)
         return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
-                            "program_gdn: '%s' needs rows >= 1 and gate parameters g, beta", name);
+                            "program_gdn: '%s' needs rows >= 1, heads from 1 to 2^20 and gate "
+                            "parameters g, beta",
+                            name);
     if ((s = add_node(ctx, p, parent, QSI_N_GDN, id)) != QS_OK)
         return s;
     qsi_node *n = &p->nodes[*id];
-    n->g = malloc((size_t)rows * sizeof(float));
-    n->beta = malloc((size_t)rows * sizeof(float));
+    size_t nv = (size_t)rows * (size_t)heads;
+    n->g = malloc(nv * sizeof(float));
+    n->beta = malloc(nv * sizeof(float));
     if (!n->g || !n->beta) {
         free(n->g);
         free(n->beta);
         drop_last(p);
         return qs_ctx_error(ctx, QS_ERR_NOMEM, "program_gdn: out of memory");
     }
-    memcpy(n->g, g, (size_t)rows * sizeof(float));
-    memcpy(n->beta, beta, (size_t)rows * sizeof(float));
+    memcpy(n->g, g, nv * sizeof(float));
+    memcpy(n->beta, beta, nv * sizeof(float));
     n->rows = rows;
+    n->heads = heads;
     strcpy(n->name, name);
     n->op = p->nops++;
     return QS_OK;
@@ -934,14 +945,15 @@ static qs_status linear_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape
 
 static qs_status gdn_params(qsi_run *run, const qsi_node *n, const qs_tensor *x, qs_gdn_params *p)
 {
-    if (x->ndim != 2 || x->shape[0] != n->rows)
-        return qs_ctx_error(run->ctx, QS_ERR_SHAPE, "gdn '%s': activation must be [%lld, dim]",
-                            n->name, (long long)n->rows);
+    if (x->ndim != 2 || x->shape[0] != n->rows || x->shape[1] % n->heads != 0)
+        return qs_ctx_error(run->ctx, QS_ERR_SHAPE,
+                            "gdn '%s': activation must be [%lld, dim], dim a multiple of %lld",
+                            n->name, (long long)n->rows, (long long)n->heads);
     memset(p, 0, sizeof *p);
     p->b = 1;
     p->t = n->rows;
-    p->h = p->hv = 1;
-    p->dk = p->dv = x->shape[1];
+    p->h = p->hv = n->heads;
+    p->dk = p->dv = x->shape[1] / n->heads;
     p->use_qk_l2norm = 1;
     p->dtype = x->dtype;
     return QS_OK;
@@ -1185,10 +1197,10 @@ static qs_status linear_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
 static qs_status gdn_bwd_values(qsi_run *run, const qsi_node *n, const qs_gdn_params *gp,
                                 const float *x, const float *dy, float *buf, float *dgb)
 {
-    size_t nx = (size_t)(gp->t * gp->dk);
+    size_t nx = (size_t)(gp->t * gp->h * gp->dk);
     float *dq = buf, *dk = buf + nx, *dv = buf + 2 * nx;
     qs_status s = qs_gdn_bwd(run->ctx, gp, x, x, x, n->g, n->beta, NULL, dy, NULL, dq, dk, dv, dgb,
-                             dgb + gp->t, NULL);
+                             dgb + gp->t * gp->hv, NULL);
     for (size_t i = 0; s == QS_OK && i < nx; i++)
         dq[i] = (dq[i] + dk[i]) + dv[i];
     return s;
@@ -1202,7 +1214,7 @@ static qs_status gdn_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
     qsi_input in = {0}, gi = {0};
     qs_tensor dx = {0}, dgb = {0};
     float *buf = NULL;
-    int64_t shape[2] = {2, n->rows};
+    int64_t shape[2] = {2, n->rows * n->heads};
     qs_status s = qsi_fault_step(ctx, "gdn backward");
     if (s == QS_OK)
         s = gdn_params(run, n, &e->x, &gp);

@@ -1001,6 +1001,91 @@ START_TEST(test_fault_hook_counts_steps)
 }
 END_TEST
 
+/* Columns [h*d, (h+1)*d) of a [ROWS, DIM] BF16 tensor, as a [ROWS, d] tensor. */
+static void take_columns(const qs_tensor *t, int h, int64_t d, qs_tensor *out)
+{
+    int64_t shape[2] = {ROWS, d};
+    ck_assert_int_eq(qs_tensor_alloc(NULL, out, QS_BF16, 2, shape), QS_OK);
+    for (int64_t r = 0; r < ROWS; r++)
+        for (int64_t c = 0; c < d; c++)
+            ((uint16_t *)out->data)[r * d + c] = ((const uint16_t *)t->data)[r * DIM + h * d + c];
+}
+
+/* [CASE-PROG-OP] [GDN-SHAPES] A gdn op of 2 heads over [ROWS, DIM] runs each head as the
+ * one-head gdn over its DIM/2 columns with that head's gates: its output columns, input
+ * gradient columns and gate gradients (token by token, head after head) are bitwise those
+ * of the one-head runs, and differ from one head over all DIM columns. */
+START_TEST(test_gdn_of_two_heads_is_two_one_head_gdns)
+{
+    enum { H = 2 };
+    const int64_t d = DIM / H;
+    fixture f;
+    fixture_init(&f);
+    float g2[ROWS * H], b2[ROWS * H];
+    for (int t = 0; t < ROWS; t++)
+        for (int h = 0; h < H; h++) {
+            g2[t * H + h] = -0.03f - 0.02f * (float)((t + 3 * h) % 4);
+            b2[t * H + h] = 0.25f + 0.05f * (float)((t * (h + 1)) % 5);
+        }
+    qs_ctx *ctx = qs_ctx_new();
+    qs_program *p2;
+    qs_program_result r2;
+    int id;
+    ck_assert_int_eq(qs_program_new(ctx, &p2), QS_OK);
+    ck_assert_int_eq(
+        qs_program_gdn_heads(ctx, p2, add_island(p2, QS_PROGRAM_ROOT), "gdn", ROWS, H, g2, b2, &id),
+        QS_OK);
+    run_ok(ctx, p2, &f, &r2);
+    ck_assert_int_eq(r2.grads[0].shape[1], ROWS * H);
+    for (int h = 0; h < H; h++) {
+        float g1[ROWS], b1[ROWS];
+        for (int t = 0; t < ROWS; t++) {
+            g1[t] = g2[t * H + h];
+            b1[t] = b2[t * H + h];
+        }
+        fixture one = f;
+        take_columns(&f.x, h, d, &one.x);
+        take_columns(&f.dy, h, d, &one.dy);
+        qs_program *p1;
+        qs_program_result r1;
+        ck_assert_int_eq(qs_program_new(ctx, &p1), QS_OK);
+        ck_assert_int_eq(
+            qs_program_gdn(ctx, p1, add_island(p1, QS_PROGRAM_ROOT), "gdn", ROWS, g1, b1, &id),
+            QS_OK);
+        run_ok(ctx, p1, &one, &r1);
+        const uint16_t *y2 = r2.y.data, *dx2 = r2.dx.data, *y1 = r1.y.data, *dx1 = r1.dx.data;
+        for (int64_t r = 0; r < ROWS; r++)
+            for (int64_t c = 0; c < d; c++) {
+                ck_assert_uint_eq(y2[r * DIM + h * d + c], y1[r * d + c]);
+                ck_assert_uint_eq(dx2[r * DIM + h * d + c], dx1[r * d + c]);
+            }
+        const float *gg2 = r2.grads[0].data, *gg1 = r1.grads[0].data;
+        for (int k = 0; k < 2; k++) /* dg, then dbeta */
+            for (int t = 0; t < ROWS; t++)
+                ck_assert_uint_eq(qs_f32_bits(gg2[k * ROWS * H + t * H + h]),
+                                  qs_f32_bits(gg1[k * ROWS + t]));
+        qs_program_result_free(&r1);
+        qs_program_free(p1);
+        qs_tensor_free(&one.x);
+        qs_tensor_free(&one.dy);
+    }
+    qs_program *pw;
+    qs_program_result rw;
+    ck_assert_int_eq(qs_program_new(ctx, &pw), QS_OK);
+    add_gdn(pw, add_island(pw, QS_PROGRAM_ROOT), &f);
+    run_ok(ctx, pw, &f, &rw);
+    ck_assert_int_ne(memcmp(rw.y.data, r2.y.data, r2.y.nbytes), 0);
+    ck_assert_int_eq(qs_program_gdn_heads(ctx, pw, QS_PROGRAM_ROOT, "bad", ROWS, 0, g2, b2, &id),
+                     QS_ERR_INVALID_ARG);
+    qs_program_result_free(&rw);
+    qs_program_free(pw);
+    qs_program_result_free(&r2);
+    qs_program_free(p2);
+    qs_ctx_free(ctx);
+    fixture_free(&f);
+}
+END_TEST
+
 /* Bad builder arguments are rejected with a message. */
 START_TEST(test_program_builders_reject_bad_arguments)
 {
@@ -1050,6 +1135,7 @@ static Suite *recompute_suite(void)
     tcase_add_test(tc, test_trace_has_one_record_per_execution_and_renders_as_json_lines);
     tcase_add_test(tc, test_fault_hook_counts_steps);
     tcase_add_test(tc, test_program_builders_reject_bad_arguments);
+    tcase_add_test(tc, test_gdn_of_two_heads_is_two_one_head_gdns);
     tcase_add_test(tc, test_fault_injection_at_every_step_leaves_all_state_unchanged);
     suite_add_tcase(s, tc);
     return s;

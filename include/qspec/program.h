@@ -56,6 +56,12 @@ qs_status qs_program_linear(qs_ctx *ctx, qs_program *p, int parent, const char *
  * parameters; it runs in the activation dtype with an FP32 state [SCOPE-ISLAND]. */
 qs_status qs_program_gdn(qs_ctx *ctx, qs_program *p, int parent, const char *name, int64_t rows,
                          const float *g, const float *beta, int *id);
+/* The same with `heads` heads: x [rows, dim] is [1, rows, heads, dim / heads] (q = k = v,
+ * dk = dv = dim / heads, heads value heads), and g and beta hold rows * heads values, token
+ * by token ([b, t, hv] of spec/attention.md [GDN-SHAPES]); qs_program_gdn is heads 1. */
+qs_status qs_program_gdn_heads(qs_ctx *ctx, qs_program *p, int parent, const char *name,
+                               int64_t rows, int64_t heads, const float *g, const float *beta,
+                               int *id);
 
 /* An MLA op [RCP-MLA-OP] over the activation [rows, hidden], rows being tokens in the
  * layout's order (spec/attention.md [MLA-SHAPES]). Everything is copied; mp may be freed
