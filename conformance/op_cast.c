@@ -2,6 +2,7 @@
  * params: to (format), round (rne|rz|ru|rd|away|sr), overflow (satfinite|nosat|mldtypes),
  * sr_seed, sr_offset (stochastic rounding bits, [RNG-SR-BITS]); input x (fp32 or fp64);
  * output y, the codes, as a tensor of the target format. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "opcheck.h"
@@ -102,6 +103,63 @@ static qs_status cast_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *input
     return qsk_results_add(ctx, out, "y", &y);
 }
 
+/* The cast16 slot [CASE-OP-CAST]: every format of at most 16 bits, any mode, one random
+ * word per element for sr ([RNG-SR-BITS], as the reference draws them). */
+static qs_status cast16_backend(qs_ctx *ctx, const qsk_plugin *pl, const cast_params *p,
+                                const qs_tensor *x, qs_tensor *y)
+{
+    size_t n = x->numel ? x->numel : 1;
+    uint16_t *codes = malloc(n * sizeof *codes);
+    uint32_t *bits = p->mode.round == QS_ROUND_SR ? malloc(n * sizeof *bits) : NULL;
+    qs_status st = codes && (bits || p->mode.round != QS_ROUND_SR)
+                       ? QS_OK
+                       : qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st == QS_OK && bits && i < x->numel; i++)
+        bits[i] = qs_random_u32(p->sr_seed, p->sr_offset, i);
+    if (st == QS_OK) {
+        qs_cast16_args args = {p->to, p->mode.round, p->mode.overflow, x->numel, x->data,
+                               bits,  codes};
+        st = pl->table->cast16(pl->state, &args);
+        if (st != QS_OK && st != QS_ERR_UNSUPPORTED)
+            st = qs_ctx_error(ctx, st, "backend %s: cast16 failed: %s", pl->table->name,
+                              qs_status_str(st));
+    }
+    if (st == QS_OK)
+        st = qs_tensor_alloc(ctx, y, p->to, x->ndim, x->shape);
+    for (size_t i = 0; st == QS_OK && i < x->numel; i++)
+        put_code(y, i, codes[i]);
+    free(codes);
+    free(bits);
+    return st;
+}
+
+/* The one-byte cast slot: formats of at most 8 bits, no stochastic rounding. */
+static qs_status cast8_backend(qs_ctx *ctx, const qsk_plugin *pl, const cast_params *p,
+                               const qs_tensor *x, qs_tensor *y)
+{
+    if (!(pl->table->caps & QS_CAP_CAST) || !pl->table->cast || qs_dtype_bits(p->to) > 8 ||
+        p->mode.round == QS_ROUND_SR)
+        return QS_ERR_UNSUPPORTED;
+    qs_tensor codes;
+    int64_t n = (int64_t)x->numel;
+    qs_status st = qs_tensor_alloc(ctx, &codes, QS_U8, 1, &n);
+    if (st != QS_OK)
+        return st;
+    qs_cast_args args = {p->to, p->mode, x->numel, x->data, codes.data};
+    st = pl->table->cast(pl->state, &args);
+    if (st == QS_OK)
+        st = qs_tensor_alloc(ctx, y, p->to, x->ndim, x->shape);
+    else if (st != QS_ERR_UNSUPPORTED)
+        st = qs_ctx_error(ctx, st, "backend %s: cast failed: %s", pl->table->name,
+                          qs_status_str(st));
+    for (size_t i = 0; st == QS_OK && i < x->numel; i++)
+        put_code(y, i, ((const uint8_t *)codes.data)[i]);
+    qs_tensor_free(&codes);
+    return st;
+}
+
+/* [CASE-BACKEND-UNSUPPORTED]: the cast16 slot when the plugin has it (QS_CAP_CAST16), the
+ * one-byte cast slot for what it covers, or not supported. */
 static qs_status cast_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
                               const qs_tensor *inputs, qsk_results *out)
 {
@@ -110,27 +168,18 @@ static qs_status cast_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case 
     if (st != QS_OK)
         return st;
     const qs_tensor *x = &inputs[0];
-    if (!(pl->table->caps & QS_CAP_CAST) || !pl->table->cast || x->dtype != QS_FP32 ||
-        qs_dtype_bits(p.to) > 8 || p.mode.round == QS_ROUND_SR)
+    if (x->dtype != QS_FP32)
         return QS_ERR_UNSUPPORTED;
-    qs_tensor codes, y;
-    int64_t n = (int64_t)x->numel;
-    st = qs_tensor_alloc(ctx, &codes, QS_U8, 1, &n);
-    if (st != QS_OK)
-        return st;
-    qs_cast_args args = {p.to, p.mode, x->numel, x->data, codes.data};
-    st = pl->table->cast(pl->state, &args);
+    qs_tensor y;
+    memset(&y, 0, sizeof y);
+    st = QS_ERR_UNSUPPORTED;
+    if ((pl->table->caps & QS_CAP_CAST16) && pl->table->cast16 && qs_dtype_bits(p.to) <= 16)
+        st = cast16_backend(ctx, pl, &p, x, &y);
+    if (st == QS_ERR_UNSUPPORTED)
+        st = cast8_backend(ctx, pl, &p, x, &y);
     if (st == QS_OK)
-        st = qs_tensor_alloc(ctx, &y, p.to, x->ndim, x->shape);
-    if (st == QS_OK) {
-        for (size_t i = 0; i < x->numel; i++)
-            put_code(&y, i, ((const uint8_t *)codes.data)[i]);
-        st = qsk_results_add(ctx, out, "y", &y);
-    } else if (st != QS_ERR_UNSUPPORTED) {
-        st = qs_ctx_error(ctx, st, "backend %s: cast failed: %s", pl->table->name,
-                          qs_status_str(st));
-    }
-    qs_tensor_free(&codes);
+        return qsk_results_add(ctx, out, "y", &y);
+    qs_tensor_free(&y);
     return st;
 }
 

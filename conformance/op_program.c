@@ -4,8 +4,10 @@
  * checks after every run what the spec promises (the scope restored, a failed run changed
  * nothing, recipes not mutated [CASE-PROG-RUN]), the expected traces and quantizer states,
  * and the comparisons between variants; the outputs are the named tensors of a variant.
- * A plugin backend is not supported unless it has a kernel for every op the program needs
- * [CASE-PROG-BACKEND]. */
+ * On a plugin the same engine runs with the plugin's slots as its kernel table
+ * [CASE-KERNEL-TABLE]: a program is not supported when a slot it needs is missing, and the
+ * checks above are the plugin's self-consistency and trace checks [CASE-PLUGIN-SELF]
+ * [CASE-PLUGIN-TRACE] [CASE-PROG-BACKEND]. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "ops.h"
 #include "program.h"
 #include "qspec/format.h"
+#include "qspec/kernels.h"
 #include "qspec/program.h"
 
 /* ------------------------------------------------------------ check failures */
@@ -67,6 +70,12 @@ typedef struct vrun {
     int rank_ctx;
     const qs_tensor *x_shard, *dy_shard, *w_shard;
     int64_t red[QSKP_MAX_GROUPS]; /* reductions of the last step, per v->red_group */
+    /* on a plugin [CASE-KERNEL-TABLE]: its table is the context's kernels; a slot that
+     * refused a request (QS_ERR_UNSUPPORTED) makes the case not supported, with why */
+    const qsk_plugin *pl;
+    int refused;
+    char refused_why[QSKR_MSG];
+    qs_gemm_claim claim; /* the weakest gemm claim of the variant's runs */
 } vrun;
 
 static void vrun_free(vrun *r)
@@ -325,6 +334,12 @@ static int engine_run(vrun *r, checker *ck, qs_status *es, char *msg, size_t cap
     }
     *es = qs_program_run(r->ctx, r->p, r->x, r->dy, &res);
     snprintf(msg, cap, "%s", *es == QS_OK ? "" : qs_ctx_errmsg(r->ctx));
+    if (r->pl && *es == QS_ERR_UNSUPPORTED && !r->refused) {
+        r->refused = 1;
+        snprintf(r->refused_why, sizeof r->refused_why, "%s", msg);
+    }
+    if (r->pl && qs_ctx_gemm_claim(r->ctx) > r->claim)
+        r->claim = qs_ctx_gemm_claim(r->ctx);
     qs_scope_get(r->ctx, &s1);
     int bad = 0;
     if (!qs_scope_state_equal(&s0, &s1)) {
@@ -775,6 +790,8 @@ static void run_variant(vrun *r, checker *ck)
     if (!r->rank_ctx)
         r->ctx = qs_ctx_new();
     qs_status st = r->ctx ? qs_program_new(r->ctx, &r->p) : QS_ERR_NOMEM;
+    if (st == QS_OK && r->pl) /* [CASE-KERNEL-TABLE] */
+        st = qs_ctx_set_backend(r->ctx, r->pl->table, r->pl->state);
     r->x = r->x_shard ? r->x_shard : qsk_input_tensor(r->c, r->inputs, v->x);
     if (st == QS_OK)
         st = build(r, &((const qskp_program *)r->c->program)->root, QS_PROGRAM_ROOT, NULL);
@@ -1233,8 +1250,11 @@ static qs_status program_check(qs_ctx *ctx, const qsk_case *c)
     return QS_OK;
 }
 
-static qs_status program_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
-                             qsk_results *out)
+/* Runs every variant (on the reference, or with pl's kernels), checks them and their
+ * comparisons, and moves the case's outputs into out. On a plugin, *claim gets the weakest
+ * gemm claim of all runs; a slot's refusal makes the case QS_ERR_UNSUPPORTED. */
+static qs_status run_program(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
+                             const qsk_plugin *pl, qsk_results *out, qs_gemm_claim *claim)
 {
     const qskp_program *p = c->program;
     vrun *runs = calloc(p->nvariants, sizeof *runs);
@@ -1245,6 +1265,7 @@ static qs_status program_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *in
         runs[i].v = &p->variants[i];
         runs[i].c = c;
         runs[i].inputs = inputs;
+        runs[i].pl = pl;
         if (p->variants[i].ranks > 1)
             run_ranks(&runs[i], &ck);
         else
@@ -1258,6 +1279,13 @@ static qs_status program_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *in
                 compare_variants(&runs[i], other, cmp, &ck);
         }
     qs_status st = QS_OK;
+    for (size_t i = 0; i < p->nvariants && st == QS_OK; i++) {
+        if (runs[i].refused) /* [CASE-BACKEND-UNSUPPORTED]: no verdict from a refused run */
+            st = qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "variant '%s': %s", p->variants[i].name,
+                              runs[i].refused_why);
+        if (claim && runs[i].claim > *claim)
+            *claim = runs[i].claim;
+    }
     for (size_t i = 0; ck.count == 0 && st == QS_OK && i < c->noutputs; i++) {
         const char *name;
         const qskp_variant *v = output_variant(p, c->outputs[i].name, &name);
@@ -1280,51 +1308,116 @@ static qs_status program_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *in
     return st;
 }
 
-/* [CASE-PROG-BACKEND] [CASE-BACKEND-UNSUPPORTED]: what a plugin would need to run the
- * program — a GDN kernel for a gdn op (no slot in the ABI), a quantizer of each recipe a
- * region names, and the engine taking the plugin's kernels for the linears, which it does
- * not do yet. So every program is not supported on a plugin, with the first missing piece
- * as the reason; the program is never run on the reference in the plugin's place. */
-static uint64_t quant_cap(qs_recipe_kind k)
+static qs_status program_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
+                             qsk_results *out)
 {
-    static const uint64_t caps[QS_RECIPE_COUNT] = {QS_CAP_QUANT_DELAYED, QS_CAP_QUANT_CURRENT,
-                                                   QS_CAP_QUANT_MXFP8, QS_CAP_QUANT_BLOCK,
-                                                   QS_CAP_QUANT_NVFP4};
-    return caps[k];
+    return run_program(ctx, c, inputs, NULL, out, NULL);
 }
 
-static void missing_kernel(const qsk_plugin *pl, const qskp_node *s, char *why, size_t cap)
+/* [CASE-PROG-BACKEND] [CASE-KERNEL-TABLE] [CASE-BACKEND-UNSUPPORTED]: the slots and
+ * capabilities a program needs on a plugin, the first one missing written into why: the
+ * gemm slot for any linear or mla op (high-precision linears are unscaled operands,
+ * QS_CAP_GEMM_TENSOR); for each recipe a region names, its quantizer and its GEMM family;
+ * sdpa for an mla op and gdn for a gdn op (forward and backward); the distributed
+ * capability for a region of a group. */
+static const struct {
+    uint64_t quant, gemm;
+    const char *quant_name, *gemm_name;
+} recipe_caps[QS_RECIPE_COUNT] = {
+    [QS_RECIPE_DELAYED] = {QS_CAP_QUANT_DELAYED, QS_CAP_GEMM_TENSOR, "QS_CAP_QUANT_DELAYED",
+                           "QS_CAP_GEMM_TENSOR"},
+    [QS_RECIPE_CURRENT] = {QS_CAP_QUANT_CURRENT, QS_CAP_GEMM_TENSOR, "QS_CAP_QUANT_CURRENT",
+                           "QS_CAP_GEMM_TENSOR"},
+    [QS_RECIPE_MXFP8] = {QS_CAP_QUANT_MXFP8, QS_CAP_GEMM_MX, "QS_CAP_QUANT_MXFP8",
+                         "QS_CAP_GEMM_MX"},
+    [QS_RECIPE_BLOCK] = {QS_CAP_QUANT_BLOCK, QS_CAP_GEMM_BLOCK, "QS_CAP_QUANT_BLOCK",
+                         "QS_CAP_GEMM_BLOCK"},
+    [QS_RECIPE_NVFP4] = {QS_CAP_QUANT_NVFP4, QS_CAP_GEMM_NVFP4, "QS_CAP_QUANT_NVFP4",
+                         "QS_CAP_GEMM_NVFP4"},
+};
+
+static void missing_slot(const qs_backend *t, const qskp_node *s, char *why, size_t cap)
 {
     for (size_t i = 0; i < s->nbody && !why[0]; i++) {
         const qskp_node *b = &s->body[i];
-        if (b->kind == QSKP_GDN)
-            snprintf(why, cap, "has no gdn kernel");
-        else if (b->kind == QSKP_MLA)
-            snprintf(why, cap, "has no mla kernel");
-        else if ((b->kind == QSKP_AUTOCAST || b->kind == QSKP_CALIBRATE) && b->has_recipe &&
-                 (!pl->table->quantize || !(pl->table->caps & quant_cap(b->recipe.kind))))
-            snprintf(why, cap, "has no quantize kernel for recipe %s",
-                     qs_recipe_kind_name(b->recipe.kind));
+        int region = b->kind == QSKP_AUTOCAST || b->kind == QSKP_CALIBRATE;
+        if ((b->kind == QSKP_LINEAR || b->kind == QSKP_MLA) &&
+            (!t->gemm || !(t->caps & QS_CAP_GEMM_TENSOR)))
+            snprintf(why, cap, "has no gemm slot for unscaled operands (QS_CAP_GEMM_TENSOR)");
+        else if (b->kind == QSKP_MLA && (!t->sdpa_fwd || !t->sdpa_bwd || !(t->caps & QS_CAP_SDPA)))
+            snprintf(why, cap, "has no sdpa_fwd and sdpa_bwd slots (QS_CAP_SDPA) for mla '%s'",
+                     b->name);
+        else if (b->kind == QSKP_GDN && (!t->gdn_fwd || !t->gdn_bwd || !(t->caps & QS_CAP_GDN)))
+            snprintf(why, cap, "has no gdn_fwd and gdn_bwd slots (QS_CAP_GDN) for gdn '%s'",
+                     b->name);
+        else if (region && b->has_recipe && (unsigned)b->recipe.kind < QS_RECIPE_COUNT &&
+                 (!t->quantize || !(t->caps & recipe_caps[b->recipe.kind].quant)))
+            snprintf(why, cap, "has no quantize slot for recipe %s (%s)",
+                     qs_recipe_kind_name(b->recipe.kind), recipe_caps[b->recipe.kind].quant_name);
+        else if (region && b->has_recipe && (unsigned)b->recipe.kind < QS_RECIPE_COUNT &&
+                 !(t->caps & recipe_caps[b->recipe.kind].gemm))
+            snprintf(why, cap, "has no gemm for recipe %s operands (%s)",
+                     qs_recipe_kind_name(b->recipe.kind), recipe_caps[b->recipe.kind].gemm_name);
+        else if (region && b->group != 0 && !(t->caps & QS_CAP_DIST))
+            snprintf(why, cap, "has no given-amax quantization (QS_CAP_DIST) for group %d",
+                     b->group);
         else
-            missing_kernel(pl, b, why, cap);
+            missing_slot(t, b, why, cap);
     }
 }
 
+/* Whether the program runs sdpa or gdn kernels: tolerance-class ops, never claimed bit
+ * for bit against the reference [CASE-PLUGIN-REF]. */
+static int uses_attention(const qskp_node *s)
+{
+    for (size_t i = 0; i < s->nbody; i++)
+        if (s->body[i].kind == QSKP_MLA || s->body[i].kind == QSKP_GDN ||
+            uses_attention(&s->body[i]))
+            return 1;
+    return 0;
+}
+
+/* On a plugin: the engine runs every variant with the plugin's kernels; the kit's checks
+ * of each run and the comparisons between variants are the self-consistency and trace
+ * checks [CASE-PLUGIN-SELF] [CASE-PLUGIN-TRACE]; a run whose kernels all claim the
+ * reference's arithmetic hands its outputs to the comparison with the reference
+ * [CASE-PLUGIN-REF]. Simulated ranks (threads of one process) run only on the reference. */
 static qs_status program_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
                                  const qs_tensor *inputs, qsk_results *out)
 {
-    (void)inputs;
-    (void)out;
     const qskp_program *p = c->program;
-    char why[128] = "";
-    missing_kernel(pl, &p->root, why, sizeof why);
-    if (!why[0])
-        snprintf(why, sizeof why,
-                 "has the kernels, but the engine takes no kernels from a "
-                 "plugin for a program's linears yet");
-    qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "backend %s %s: program case %s is not supported",
-                 pl->table->name, why, c->id);
-    return QS_ERR_UNSUPPORTED;
+    char why[192] = "";
+    missing_slot(pl->table, &p->root, why, sizeof why);
+    for (size_t i = 0; !why[0] && i < p->nvariants; i++)
+        if (p->variants[i].ranks > 1)
+            snprintf(why, sizeof why,
+                     "runs variant '%s' on %d simulated ranks, which run on the reference only",
+                     p->variants[i].name, p->variants[i].ranks);
+    if (why[0]) {
+        qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "backend %s %s: program case %s is not supported",
+                     pl->table->name, why, c->id);
+        return QS_ERR_UNSUPPORTED;
+    }
+    qs_gemm_claim claim = QS_GEMM_CLAIM_MODEL;
+    qsk_results mine = {0};
+    qs_status st = run_program(ctx, c, inputs, pl, &mine, &claim);
+    if (st == QS_OK && (claim != QS_GEMM_CLAIM_MODEL || uses_attention(&p->root))) {
+        qsk_results_free(&mine);
+        qs_ctx_error(ctx, QS_ERR_UNSUPPORTED,
+                     "backend %s: program case %s passed its self-consistency and trace checks; "
+                     "its outputs are not compared with the reference: %s claim no reference "
+                     "arithmetic and the case states no tolerance [CASE-PLUGIN-REF]",
+                     pl->table->name, c->id,
+                     claim != QS_GEMM_CLAIM_MODEL ? "its GEMMs" : "its sdpa and gdn kernels");
+        return QS_ERR_UNSUPPORTED;
+    }
+    if (st == QS_OK)
+        for (size_t i = 0; i < mine.n && st == QS_OK; i++) {
+            st = qsk_results_add(ctx, out, mine.names[i], &mine.t[i]);
+            memset(&mine.t[i], 0, sizeof mine.t[i]);
+        }
+    qsk_results_free(&mine);
+    return st;
 }
 
 const qsk_op qsk_op_program = {"program",

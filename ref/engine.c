@@ -11,6 +11,7 @@
 #include "attn_internal.h"
 #include "checkpoint_internal.h"
 #include "internal.h"
+#include "kernels_internal.h"
 #include "mla_internal.h"
 #include "recipe_internal.h"
 #include "qspec/attention.h"
@@ -1005,7 +1006,7 @@ static qs_status gdn_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
     if (s == QS_OK && !(o = malloc(in.m * in.k * sizeof(float) + 1)))
         s = qs_ctx_error(ctx, QS_ERR_NOMEM, "gdn: out of memory");
     if (s == QS_OK) /* q = k = v = x */
-        s = qs_gdn_fwd(ctx, &gp, in.x, in.x, in.x, n->g, n->beta, NULL, o, NULL);
+        s = qsi_k_gdn_fwd(ctx, &gp, in.x, in.x, in.x, n->g, n->beta, NULL, o, NULL);
     if (s == QS_OK)
         s = store_like(ctx, act, o, &y);
     free(o);
@@ -1199,8 +1200,8 @@ static qs_status gdn_bwd_values(qsi_run *run, const qsi_node *n, const qs_gdn_pa
 {
     size_t nx = (size_t)(gp->t * gp->h * gp->dk);
     float *dq = buf, *dk = buf + nx, *dv = buf + 2 * nx;
-    qs_status s = qs_gdn_bwd(run->ctx, gp, x, x, x, n->g, n->beta, NULL, dy, NULL, dq, dk, dv, dgb,
-                             dgb + gp->t * gp->hv, NULL);
+    qs_status s = qsi_k_gdn_bwd(run->ctx, gp, x, x, x, n->g, n->beta, NULL, dy, NULL, dq, dk, dv,
+                                dgb, dgb + gp->t * gp->hv, NULL);
     for (size_t i = 0; s == QS_OK && i < nx; i++)
         dq[i] = (dq[i] + dk[i]) + dv[i];
     return s;
@@ -1437,7 +1438,7 @@ static qs_status mla_lin_fwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *sv
             s = qsi_mla_lin_calibrate(ctx, c, &n->q[QS_RECIPE_DELAYED][QS_SCOPE_X],
                                       &n->q[QS_RECIPE_DELAYED][QS_SCOPE_W]);
         if (s == QS_OK)
-            qsi_mla_lin_hp_fwd(c);
+            s = qsi_mla_lin_hp_fwd(ctx, c);
     }
     if (s == QS_OK && sv->prec == QS_PREC_QUANTIZED)
         consume_first(run, sub, &r);
@@ -1476,7 +1477,7 @@ static qs_status mla_lin_bwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *sv
         draw_rng(ctx, &ldy, (size_t)(c->rows * c->out));
         s = qsi_mla_lin_q_bwd(ctx, c, &ldy, sv);
     } else if (s == QS_OK) {
-        qsi_mla_lin_hp_bwd(c);
+        s = qsi_mla_lin_hp_bwd(ctx, c);
     }
     if (s == QS_OK)
         s = qs_trace_append(ctx, &run->res->trace, &r);

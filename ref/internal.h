@@ -3,6 +3,7 @@
 #ifndef QSPEC_REF_INTERNAL_H
 #define QSPEC_REF_INTERNAL_H
 
+#include "qspec/backend.h"
 #include "qspec/scope.h"
 #include "qspec/status.h"
 
@@ -34,6 +35,13 @@ struct qs_ctx {
         int group;
         int64_t n;
     } counts[QSI_MAX_COUNTED_GROUPS];
+    /* the kernel table (ref/kernels.c) [CASE-KERNEL-TABLE]: kern_set 0 means the
+     * reference's table; otherwise kern is an installed backend's (a copy, slots past its
+     * struct_size NULL) with kern_state handed to every slot */
+    int kern_set;
+    qs_backend kern;
+    void *kern_state;
+    qs_gemm_claim kern_claim; /* the weakest claim since the last reset */
 };
 
 /* Counts one internal step; QS_ERR_INJECTED (message naming where) at the injected one. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kernels_internal.h"
 #include "recipe_internal.h"
 #include "qspec/format.h"
 #include "qspec/linear.h"
@@ -169,44 +170,91 @@ void qs_linear_operand_free(qs_linear_operand *o)
     memset(o, 0, sizeof *o);
 }
 
-/* ------------------------------------------------------------ one GEMM into a tensor */
+/* ------------------------------------------------------------ one GEMM through the table */
 
-/* Stores m x n output values (exactly representable in dt) into a new tensor of dt. */
-static qs_status store_output(qs_ctx *ctx, const float *v, int64_t m, int64_t n, qs_dtype dt,
-                              qs_tensor *out)
+/* A quantized copy as a coded operand of the gemm slot [CASE-OP-GEMM]: rows x k codes with
+ * k contiguous and the scales in the ABI's layout. What the copy does not hold in that form
+ * (MXFP8's columnwise codes and scales, stored untransposed; NVFP4 16x16 tile scales, one
+ * row per tile) is built into data/scale, owned here. */
+typedef struct coded_view {
+    qs_gemm_coded_operand op;
+    int64_t rows, k;
+    qs_tensor data, scale;
+} coded_view;
+
+static void coded_view_free(coded_view *v)
 {
-    int64_t shape[2] = {m, n};
-    qs_status s = qs_tensor_alloc(ctx, out, dt, 2, shape);
-    if (s != QS_OK)
-        return s;
-    for (size_t i = 0; i < out->numel; i++) {
-        if (dt == QS_FP32)
-            ((float *)out->data)[i] = v[i];
-        else if (dt == QS_BF16)
-            ((uint16_t *)out->data)[i] = qs_f32_to_bf16(v[i]);
-        else
-            ((uint16_t *)out->data)[i] = qs_f32_to_f16(v[i]);
-    }
-    return QS_OK;
+    qs_tensor_free(&v->data);
+    qs_tensor_free(&v->scale);
 }
 
-/* out[m, n] = sum_k a[m, k] b[n, k] under acc, into a new tensor of dtype dt. */
-static qs_status run_gemm(qs_ctx *ctx, const qs_gemm_operand *a, const qs_gemm_operand *b,
-                          int64_t m, int64_t n, int64_t k, qs_gemm_acc acc, qs_dtype dt,
-                          qs_tensor *out)
+/* [ceil(R/16), G] tile scales of an NVFP4 copy repeated on each of its R rows. */
+static qs_status expand_tile_scales(qs_ctx *ctx, const qs_tensor *s, int64_t rows, qs_tensor *out)
 {
-    qs_gemm_params p = {m, n, k, 1.0f, 0.0f, acc, dt};
+    int64_t shape[2] = {rows, s->shape[1]};
+    qs_status st = qs_tensor_alloc(ctx, out, s->dtype, 2, shape);
+    for (int64_t r = 0; st == QS_OK && r < rows; r++)
+        memcpy((uint8_t *)out->data + r * shape[1], (const uint8_t *)s->data + (r / 16) * shape[1],
+               (size_t)shape[1]);
+    return st;
+}
+
+static qs_status coded_view_from(qs_ctx *ctx, const qs_quantized *qz, qs_direction dir,
+                                 coded_view *v)
+{
+    memset(v, 0, sizeof *v);
+    int li = layout_index(qz->cfg.kind);
+    if (li < 0 || qz->data[dir].dtype == QS_DTYPE_INVALID || !qz->data[dir].data)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                            "linear: the %s copy of the quantized tensor was not produced",
+                            dir == QS_DIR_ROW ? "rowwise" : "columnwise");
+    v->rows = dir == QS_DIR_ROW ? qz->rows : qz->cols;
+    v->k = dir == QS_DIR_ROW ? qz->cols : qz->rows;
+    qs_gemm_coded_operand *op = &v->op;
+    op->scaling = layouts[li].mode;
+    op->data = &qz->data[dir];
+    op->scale = &qz->scale[dir];
+    op->tensor_scale = 1.0f;
+    qs_status s = QS_OK;
+    switch (layouts[li].mode) {
+    case QS_GEMM_SCALE_TENSOR:
+        op->scale = NULL;
+        op->tensor_scale = qsi_f32_get(&qz->scale[dir], 0); /* scale_inv */
+        break;
+    case QS_GEMM_SCALE_BLOCK_1X128:
+        if (qz->cfg.tile_2d)
+            op->scaling = QS_GEMM_SCALE_BLOCK_128X128;
+        break;
+    case QS_GEMM_SCALE_MX:
+        if (dir == QS_DIR_COL) { /* [R, C] codes and [ceil(R/32), C] scales, transposed */
+            s = qsi_transpose_tensor(ctx, &qz->data[dir], &v->data);
+            if (s == QS_OK)
+                s = qsi_transpose_tensor(ctx, &qz->scale[dir], &v->scale);
+            op->data = &v->data;
+            op->scale = &v->scale;
+        }
+        break;
+    case QS_GEMM_SCALE_NVFP4:
+        op->tensor_scale = qz->global_dec[dir]; /* S_dec */
+        if (qz->cfg.tile_2d) {
+            s = expand_tile_scales(ctx, &qz->scale[dir], v->rows, &v->scale);
+            op->scale = &v->scale;
+        }
+        break;
+    default:
+        break;
+    }
+    if (s != QS_OK)
+        coded_view_free(v);
+    return s;
+}
+
+static qs_status check_out_dtype(qs_ctx *ctx, qs_dtype dt)
+{
     if (dt != QS_FP32 && dt != QS_BF16 && dt != QS_FP16)
         return qs_ctx_error(ctx, QS_ERR_DTYPE, "linear: output dtype %s (fp32, bf16 or fp16)",
                             qs_dtype_name(dt) ? qs_dtype_name(dt) : "invalid");
-    float *y = malloc((size_t)(m * n > 0 ? m * n : 1) * sizeof *y);
-    if (!y)
-        return qs_ctx_error(ctx, QS_ERR_NOMEM, "linear: out of memory");
-    qs_status s = qs_gemm(ctx, &p, a, b, NULL, y);
-    if (s == QS_OK)
-        s = store_output(ctx, y, m, n, dt, out);
-    free(y);
-    return s;
+    return QS_OK;
 }
 
 /* One GEMM over two quantized copies [GEMM-LIN-FPROP] [GEMM-LIN-DGRAD] [GEMM-LIN-WGRAD]. */
@@ -214,18 +262,22 @@ static qs_status quantized_gemm(qs_ctx *ctx, const qs_quantized *qa, qs_directio
                                 const qs_quantized *qb, qs_direction db, qs_gemm_acc acc,
                                 qs_dtype dt, qs_tensor *out)
 {
-    qs_linear_operand a, b;
+    coded_view a, b;
     memset(&b, 0, sizeof b);
-    qs_status s = qs_linear_operand_from(ctx, qa, da, &a);
+    qs_status s = check_out_dtype(ctx, dt);
     if (s == QS_OK)
-        s = qs_linear_operand_from(ctx, qb, db, &b);
+        s = coded_view_from(ctx, qa, da, &a);
+    else
+        memset(&a, 0, sizeof a);
+    if (s == QS_OK)
+        s = coded_view_from(ctx, qb, db, &b);
     if (s == QS_OK && a.k != b.k)
         s = qs_ctx_error(ctx, QS_ERR_SHAPE, "linear: inner extents %lld and %lld differ",
                          (long long)a.k, (long long)b.k);
     if (s == QS_OK)
-        s = run_gemm(ctx, &a.op, &b.op, a.rows, b.rows, a.k, acc, dt, out);
-    qs_linear_operand_free(&a);
-    qs_linear_operand_free(&b);
+        s = qsi_k_gemm(ctx, &a.op, &b.op, a.rows, b.rows, a.k, acc, dt, out);
+    coded_view_free(&a);
+    coded_view_free(&b);
     return s;
 }
 
@@ -276,9 +328,9 @@ qs_status qs_linear_forward(qs_ctx *ctx, const qs_linear_options *opt, qs_quanti
                             (long long)w->shape[1]);
     memset(xq, 0, sizeof *xq);
     memset(wq, 0, sizeof *wq);
-    s = qs_quantize(ctx, qx, x, xq);
+    s = qsi_k_quantize(ctx, qx, x, xq);
     if (s == QS_OK)
-        s = qs_quantize(ctx, qw, w, wq);
+        s = qsi_k_quantize(ctx, qw, w, wq);
     /* [GEMM-LIN-FPROP]: Y = X W^T reads the rowwise copies of X and W. */
     if (s == QS_OK)
         s = quantized_gemm(ctx, xq, QS_DIR_ROW, wq, QS_DIR_ROW, opt->acc[QS_LINEAR_FPROP],
@@ -313,7 +365,7 @@ qs_status qs_linear_backward(qs_ctx *ctx, const qs_linear_options *opt, qs_quant
     memset(&dyq, 0, sizeof dyq);
     memset(dx, 0, sizeof *dx);
     memset(dw, 0, sizeof *dw);
-    s = qs_quantize(ctx, qdy, dy, &dyq);
+    s = qsi_k_quantize(ctx, qdy, dy, &dyq);
     /* [GEMM-LIN-DGRAD]: dX = dY W reads dY rowwise and W columnwise (W^T, k along N). */
     if (s == QS_OK)
         s = quantized_gemm(ctx, &dyq, QS_DIR_ROW, wq, QS_DIR_COL, opt->acc[QS_LINEAR_DGRAD],
@@ -366,11 +418,14 @@ static qs_status hp_gemm(qs_ctx *ctx, const qs_tensor *a, int ta, const qs_tenso
     s = load_values(ctx, a, ta, &va);
     if (s == QS_OK)
         s = load_values(ctx, b, tb, &vb);
-    if (s == QS_OK) {
-        qs_gemm_operand oa = {va, QS_GEMM_SCALE_NONE, NULL, 1.0f, QS_DTYPE_INVALID};
-        qs_gemm_operand ob = {vb, QS_GEMM_SCALE_NONE, NULL, 1.0f, QS_DTYPE_INVALID};
+    if (s == QS_OK) { /* the values (exact in FP32) as unscaled FP32 operands */
+        qs_tensor ta_v, tb_v;
+        qsi_f32_view(&ta_v, va, m, k);
+        qsi_f32_view(&tb_v, vb, n, k);
+        qs_gemm_coded_operand oa = {QS_GEMM_SCALE_NONE, &ta_v, NULL, 1.0f};
+        qs_gemm_coded_operand ob = {QS_GEMM_SCALE_NONE, &tb_v, NULL, 1.0f};
         qs_gemm_acc acc = {QS_GEMM_ACC_FP32_SEQ, 0};
-        s = run_gemm(ctx, &oa, &ob, m, n, k, acc, QS_BF16, out);
+        s = qsi_k_gemm(ctx, &oa, &ob, m, n, k, acc, QS_BF16, out);
     }
     free(va);
     free(vb);

@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "attn_internal.h"
+#include "kernels_internal.h"
 #include "mla_internal.h"
+#include "recipe_internal.h"
 #include "qspec/attention.h"
 #include "qspec/format.h"
 #include "qspec/linear.h"
@@ -115,33 +117,64 @@ int qs_mla_param_shape(const qs_mla_config *cfg, int split, qs_mla_param p, int6
 
 /* ---------------------------------------------------------------- the linears */
 
-void qsi_mla_lin_hp_fwd(const qsi_mla_call *c)
+/* out = a b^T through the gemm slot: a [m, k] and b [n, k] FP32 values as unscaled
+ * operands, FP32 accumulation in increasing k from +0 (fp32_seq), FP32 out [m, n]. */
+static qs_status qsi_mla_gemm(qs_ctx *ctx, const float *a, const float *b, int64_t m, int64_t n,
+                              int64_t k, qs_tensor *out)
 {
-    for (int64_t t = 0; t < c->rows; t++)
-        for (int64_t o = 0; o < c->out; o++) {
-            float acc = 0.0f;
-            for (int64_t i = 0; i < c->in; i++)
-                acc = acc + c->x[t * c->in + i] * c->w[o * c->in + i];
-            c->y[t * c->out + o] = qsi_attn_round(c->dt, acc);
-        }
+    qs_tensor ta, tb;
+    qsi_f32_view(&ta, a, m, k);
+    qsi_f32_view(&tb, b, n, k);
+    qs_gemm_coded_operand oa = {QS_GEMM_SCALE_NONE, &ta, NULL, 1.0f};
+    qs_gemm_coded_operand ob = {QS_GEMM_SCALE_NONE, &tb, NULL, 1.0f};
+    qs_gemm_acc acc = {QS_GEMM_ACC_FP32_SEQ, 0};
+    return qsi_k_gemm(ctx, &oa, &ob, m, n, k, acc, QS_FP32, out);
 }
 
-void qsi_mla_lin_hp_bwd(const qsi_mla_call *c)
+qs_status qsi_mla_lin_hp_fwd(qs_ctx *ctx, const qsi_mla_call *c)
 {
-    for (int64_t t = 0; t < c->rows; t++)
-        for (int64_t i = 0; i < c->in; i++) {
-            float acc = 0.0f;
-            for (int64_t o = 0; o < c->out; o++)
-                acc = acc + c->dy[t * c->out + o] * c->w[o * c->in + i];
-            c->dx[t * c->in + i] = qsi_attn_round(c->dt, acc);
-        }
-    for (int64_t o = 0; o < c->out; o++)
-        for (int64_t i = 0; i < c->in; i++) {
-            float acc = 0.0f;
-            for (int64_t t = 0; t < c->rows; t++)
-                acc = acc + c->dy[t * c->out + o] * c->x[t * c->in + i];
-            c->dw[o * c->in + i] = acc;
-        }
+    if (c->rows == 0)
+        return QS_OK;
+    qs_tensor y;
+    qs_status s = qsi_mla_gemm(ctx, c->x, c->w, c->rows, c->out, c->in, &y);
+    for (int64_t e = 0; s == QS_OK && e < c->rows * c->out; e++)
+        c->y[e] = qsi_attn_round(c->dt, ((const float *)y.data)[e]);
+    if (s == QS_OK)
+        qs_tensor_free(&y);
+    return s;
+}
+
+qs_status qsi_mla_lin_hp_bwd(qs_ctx *ctx, const qsi_mla_call *c)
+{
+    if (c->rows == 0) {
+        for (int64_t e = 0; e < c->out * c->in; e++)
+            c->dw[e] = 0.0f;
+        return QS_OK;
+    }
+    size_t nw = (size_t)(c->out * c->in), ny = (size_t)(c->rows * c->out);
+    size_t nx = (size_t)(c->rows * c->in);
+    float *wt = malloc(nw * sizeof *wt), *dyt = malloc(ny * sizeof *dyt);
+    float *xt = malloc(nx * sizeof *xt);
+    qs_tensor dx = {0}, dw = {0};
+    qs_status s = wt && dyt && xt ? QS_OK : qs_ctx_error(ctx, QS_ERR_NOMEM, "mla: out of memory");
+    if (s == QS_OK) {
+        qsi_transpose_f32(c->w, c->out, c->in, wt);                    /* W^T [in, out] */
+        qsi_transpose_f32(c->dy, c->rows, c->out, dyt);                /* dY^T [out, rows] */
+        qsi_transpose_f32(c->x, c->rows, c->in, xt);                   /* X^T [in, rows] */
+        s = qsi_mla_gemm(ctx, c->dy, wt, c->rows, c->in, c->out, &dx); /* dX = dY W */
+    }
+    if (s == QS_OK)
+        s = qsi_mla_gemm(ctx, dyt, xt, c->out, c->in, c->rows, &dw); /* dW = dY^T X */
+    for (size_t e = 0; s == QS_OK && e < nx; e++)
+        c->dx[e] = qsi_attn_round(c->dt, ((const float *)dx.data)[e]);
+    if (s == QS_OK)
+        memcpy(c->dw, dw.data, nw * sizeof(float));
+    qs_tensor_free(&dx);
+    qs_tensor_free(&dw);
+    free(wt);
+    free(dyt);
+    free(xt);
+    return s;
 }
 
 /* A [rows, cols] tensor of dtype dt holding the values v (exact: v are dt values). */
@@ -180,10 +213,8 @@ static void qsi_mla_values(const qs_tensor *t, float *v)
 qs_status qsi_mla_lin_q_fwd(qs_ctx *ctx, const qsi_mla_call *c, qs_quantizer *qx, qs_quantizer *qw,
                             qsi_mla_saved *sv)
 {
-    if (c->rows == 0) {
-        qsi_mla_lin_hp_fwd(c);
-        return QS_OK;
-    }
+    if (c->rows == 0)
+        return qsi_mla_lin_hp_fwd(ctx, c);
     qs_tensor xt = {0}, wt = {0}, yt = {0};
     qs_linear_options opt;
     qs_linear_options_default(&opt, qx->cfg.kind);
@@ -206,10 +237,8 @@ qs_status qsi_mla_lin_q_fwd(qs_ctx *ctx, const qsi_mla_call *c, qs_quantizer *qx
 qs_status qsi_mla_lin_q_bwd(qs_ctx *ctx, const qsi_mla_call *c, qs_quantizer *qdy,
                             const qsi_mla_saved *sv)
 {
-    if (c->rows == 0) {
-        qsi_mla_lin_hp_bwd(c);
-        return QS_OK;
-    }
+    if (c->rows == 0)
+        return qsi_mla_lin_hp_bwd(ctx, c);
     qs_tensor dyt = {0}, dxt = {0}, dwt = {0};
     qs_linear_options opt;
     qs_linear_options_default(&opt, sv->kind);
@@ -752,7 +781,7 @@ qs_status qsi_mla_fwd_out(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_run
 {
     qsi_mla_dims d = qsi_mla_dims_of(b);
     qs_sdpa_params p = qsi_mla_sdpa(b);
-    qs_status s = qs_sdpa_fwd(ctx, &p, st->query, st->key, st->value, st->att, NULL);
+    qs_status s = qsi_k_sdpa_fwd(ctx, &p, st->query, st->key, st->value, st->att, NULL);
     const float *o = st->att;
     if (s == QS_OK && b->cfg->absorbed) /* [MLA-ABSORBED] [MLA-ABSORBED-HP] */
         s = qsi_mla_note(r, QSI_MLA_V_ABSORB, 0);
@@ -882,8 +911,8 @@ qs_status qsi_mla_bwd_attn(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_ru
     if (s != QS_OK)
         return s;
     qs_sdpa_params p = qsi_mla_sdpa(b);
-    return qs_sdpa_bwd(ctx, &p, st->query, st->key, st->value, st->att, st->d_att, st->d_query,
-                       st->d_key, st->d_value);
+    return qsi_k_sdpa_bwd(ctx, &p, st->query, st->key, st->value, st->att, st->d_att, st->d_query,
+                          st->d_key, st->d_value);
 }
 
 /* The gradient of c: plain, the K/V up-projection's backward — the combined kv_up linear
@@ -1083,17 +1112,15 @@ static qs_status qsi_solo_fwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *s
     if (s == QS_OK && need) /* [SCOPE-POLICY-CALIB] */
         s = qsi_mla_lin_calibrate(so->ctx, c, qx, qw);
     if (s == QS_OK)
-        qsi_mla_lin_hp_fwd(c);
+        s = qsi_mla_lin_hp_fwd(so->ctx, c);
     return s;
 }
 
 static qs_status qsi_solo_bwd(void *arg, const qsi_mla_call *c, qsi_mla_saved *sv)
 {
     qsi_mla_solo *so = arg;
-    if (sv->prec != QS_PREC_QUANTIZED) {
-        qsi_mla_lin_hp_bwd(c);
-        return QS_OK;
-    }
+    if (sv->prec != QS_PREC_QUANTIZED)
+        return qsi_mla_lin_hp_bwd(so->ctx, c);
     qs_quantizer *qdy = NULL;
     qs_status s = qsi_solo_quantizer(so, c->lin, QS_SCOPE_DY, sv->kind, &qdy);
     return s == QS_OK ? qsi_mla_lin_q_bwd(so->ctx, c, qdy, sv) : s;

@@ -56,9 +56,10 @@ typedef struct qsi_mla_runner {
 } qsi_mla_runner;
 
 /* [MLA-LINEAR-HP]: y = round_dt(FP32 dot); dx = round_dt(FP32 sum over out); dw = FP32
- * sum over rows. */
-void qsi_mla_lin_hp_fwd(const qsi_mla_call *c);
-void qsi_mla_lin_hp_bwd(const qsi_mla_call *c);
+ * sum over rows; each an FP32 (fp32_seq) GEMM through the context's gemm slot (ctx NULL:
+ * the reference's). */
+qs_status qsi_mla_lin_hp_fwd(qs_ctx *ctx, const qsi_mla_call *c);
+qs_status qsi_mla_lin_hp_bwd(qs_ctx *ctx, const qsi_mla_call *c);
 /* [MLA-LINEAR-QUANT]: qs_linear_forward with qx, qw (the recipe's default options, output
  * dt), keeping the quantized copies in *sv; and qs_linear_backward with qdy (output FP32:
  * dx rounded to dt, dw as given). */

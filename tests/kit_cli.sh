@@ -98,6 +98,11 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ]; then
     skip=$(sed -n 's/^\([0-9]*\) passed, 0 failed, \([0-9]*\) skipped$/\2/p' "$QST_TMP/out")
     expect_true "it passes some cases and skips the rest as not supported" test "${pass:-0}" -gt 0 -a "${skip:-0}" -gt 0
     "$QSPEC" list "$SUITE" >"$QST_TMP/all"
+    # [CASE-OP-CAST] [FMT-ROUND-SR] the BF16 and FP16 casts, stochastic rounding included, run
+    # through the example's cast16 slot and pass bit for bit
+    expect_status "the 16-bit casts run through cast16" 0 "$QSPEC" run --quiet --backend "$EXAMPLE" \
+        "$SUITE/formats-bf16.yaml" "$SUITE/formats-fp16.yaml"
+    expect_out "every one passes" "^72 passed, 0 failed, 0 skipped$"
     # the cases covering the planted error: the current-scaling quantizer's (the recipe's
     # cases, and the distributed ones of one rank, which a one-rank run runs)
     "$QSPEC" run --quiet --backend "$EXAMPLE" --report-json "$QST_TMP/ex.json" "$SUITE" >/dev/null || true

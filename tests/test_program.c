@@ -13,6 +13,7 @@
 #include "ops.h"
 #include "program.h"
 #include "qspec/format.h"
+#include "qspec/kernels.h"
 #include "qspec/program.h"
 #include "qstest.h"
 #include "suite.h"
@@ -966,10 +967,11 @@ static qs_status fake_quantize(void *state, const qs_quantize_args *args)
 }
 
 /* [CASE-PROG-BACKEND] [CASE-BACKEND-UNSUPPORTED] a program case is not supported on a
- * plugin: without a quantizer for the region's recipe, without a GDN kernel (the ABI has
- * none), and even with every capability (the engine takes no plugin kernels yet); the
- * reason names what is missing, and nothing is computed in the plugin's place. */
-START_TEST(test_program_cases_are_not_supported_on_a_plugin)
+ * plugin that lacks a slot it needs: a quantizer for the region's recipe, the gdn slots for
+ * a gdn op, the gemm slot for a linear (this table has a quantizer only, so even with every
+ * capability bit set); the reason names the slot, and nothing is computed in the plugin's
+ * place. */
+START_TEST(test_program_cases_are_not_supported_on_a_plugin_without_a_slot)
 {
     qs_backend table;
     memset(&table, 0, sizeof table);
@@ -985,10 +987,11 @@ START_TEST(test_program_cases_are_not_supported_on_a_plugin)
         uint64_t caps;
         const char *why;
     } cases[] = {
-        {chain_program, QS_CAP_QUANT_MXFP8, "has no quantize kernel for recipe delayed"},
+        {chain_program, QS_CAP_QUANT_MXFP8,
+         "has no quantize slot for recipe delayed (QS_CAP_QUANT_DELAYED)"},
         {"      - island: [{gdn: {name: gdn, g: g, beta: beta}}]\n", ~UINT64_C(0),
-         "has no gdn kernel"},
-        {chain_program, ~UINT64_C(0), "the engine takes no kernels from a plugin"},
+         "has no gdn_fwd and gdn_bwd slots (QS_CAP_GDN) for gdn 'gdn'"},
+        {chain_program, ~UINT64_C(0), "has no gemm slot for unscaled operands"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *text = case_text(cases[i].program, "", y_output);
@@ -1011,6 +1014,90 @@ START_TEST(test_program_cases_are_not_supported_on_a_plugin)
 }
 END_TEST
 
+/* A plugin made of the reference's slots (their state: a context of its own) whose gemm,
+ * with drift set, adds the call count to the code of its first output element from the
+ * second call on: a backend whose recompute does not reproduce its own forward. */
+typedef struct drift_plugin {
+    qs_ctx *ref;
+    int drift, calls;
+} drift_plugin;
+
+static qs_status drift_gemm(void *state, qs_gemm_args *a)
+{
+    drift_plugin *d = state;
+    qs_status s = qs_ctx_backend(NULL)->gemm(d->ref, a);
+    if (s == QS_OK && d->drift && d->calls > 0 && a->y->dtype == QS_BF16)
+        ((uint16_t *)a->y->data)[0] = (uint16_t)(((uint16_t *)a->y->data)[0] + d->calls);
+    d->calls++;
+    return s;
+}
+
+static qs_status drift_slot_quantize(void *state, const qs_quantize_args *a)
+{
+    return qs_ctx_backend(NULL)->quantize(((drift_plugin *)state)->ref, a);
+}
+
+/* [CASE-PLUGIN-SELF] [CASE-PLUGIN-REF] a program runs on a plugin's slots: with slots that
+ * reproduce the reference (claiming the model) it passes every check and hands y over for
+ * the comparison with the reference, bit for bit equal to the reference's y; with a gemm
+ * that drifts, the kit's own check that the replay reproduces the discarded forward fails
+ * the case, with no reference involved. */
+START_TEST(test_program_runs_on_a_plugins_slots_and_self_consistency_catches_drift)
+{
+    const char *prog = "      - linear: {name: lin1, w: w1}\n"
+                       "      - checkpoint: [{linear: {name: lin2, w: w2}}]\n"
+                       "      - backward: {dy: dy}\n";
+    char *text = case_text(prog, "      - {name: main, replays: 1}\n", y_output);
+    qs_ctx *ctx = qs_ctx_new();
+    qsk_case_file f;
+    ck_assert_msg(load(ctx, text, &f) == QS_OK, "%s", qs_ctx_errmsg(ctx));
+    const qsk_case *c = &f.cases[0];
+    qs_tensor in[16];
+    memset(in, 0, sizeof in);
+    for (size_t i = 0; i < c->ninputs; i++)
+        ck_assert_int_eq(qsk_input_generate(ctx, &c->inputs[i], &in[i]), QS_OK);
+    qsk_results ref, got;
+    memset(&ref, 0, sizeof ref);
+    ck_assert_int_eq(qsk_op_find("program")->run_ref(ctx, c, in, &ref), QS_OK);
+    drift_plugin d = {qs_ctx_new(), 0, 0};
+    qs_backend table = *qs_ctx_backend(NULL);
+    table.name = "drift";
+    table.gemm = drift_gemm;
+    table.quantize = drift_slot_quantize;
+    qsk_plugin pl;
+    memset(&pl, 0, sizeof pl);
+    pl.table = &table;
+    pl.state = &d;
+    pl.usable = 1;
+    for (int drift = 0; drift < 2; drift++) {
+        d.drift = drift;
+        d.calls = 0;
+        memset(&got, 0, sizeof got);
+        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &got);
+        if (!drift) {
+            ck_assert_msg(st == QS_OK, "%s", qs_ctx_errmsg(ctx));
+            ck_assert_int_eq(d.calls, 7); /* 2 fprop, 1 replay, 2 x (dgrad, wgrad) */
+            ck_assert_uint_eq(got.n, 1);
+            ck_assert_uint_eq(got.t[0].nbytes, ref.t[0].nbytes);
+            ck_assert_int_eq(memcmp(got.t[0].data, ref.t[0].data, ref.t[0].nbytes), 0);
+        } else {
+            ck_assert_int_eq(st, QS_ERR_STATE);
+            ck_assert_uint_eq(got.n, 0);
+            ck_assert_msg(strstr(qs_ctx_errmsg(ctx), "[RCP-REPLAY-BITWISE]"), "%s",
+                          qs_ctx_errmsg(ctx));
+        }
+        qsk_results_free(&got);
+    }
+    qsk_results_free(&ref);
+    for (size_t i = 0; i < c->ninputs; i++)
+        qs_tensor_free(&in[i]);
+    qs_ctx_free(d.ref);
+    qsk_case_file_free(&f);
+    qs_ctx_free(ctx);
+    free(text);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("program");
@@ -1023,7 +1110,8 @@ int main(void)
     tcase_add_test(tc, test_runner_outputs_match_a_program_built_by_hand);
     tcase_add_test(tc, test_runner_mla_matches_a_program_built_by_hand);
     tcase_add_test(tc, test_false_claims_fail_and_true_ones_pass);
-    tcase_add_test(tc, test_program_cases_are_not_supported_on_a_plugin);
+    tcase_add_test(tc, test_program_cases_are_not_supported_on_a_plugin_without_a_slot);
+    tcase_add_test(tc, test_program_runs_on_a_plugins_slots_and_self_consistency_catches_drift);
     suite_add_tcase(s, tc);
     return qst_run(s);
 }

@@ -1,14 +1,17 @@
 /* example_backend.c: a small backend plugin, built the way a vendor builds one: against
  * the installed headers only (include/qspec/backend.h), never against libqspec. It
  * implements the `cast` slot for E4M3 and E5M2 under RNE with the satfinite policy, the
- * `quantize` slot for current scaling and the `gemm` slot for the `exact` and `fp32_seq`
- * models on tensor-scaled operands (FP32, BF16 and FP16 values, E4M3 and E5M2 codes), which
- * it claims bit for bit, and claims nothing else, so every other case is reported as not
- * supported. Built with -DQS_EXAMPLE_PLANT_ERROR its current-scaling scale_inv is one ulp
- * too large, and with -DQS_EXAMPLE_PLANT_GEMM_ERROR its GEMMs leave out the last k: the
- * kit's own tests prove that exactly the cases covering the planted error then fail.
- * It also has the distributed slots (QS_CAP_DIST): its ranks are processes on one host
- * that exchange amaxes through files of a directory the id names. */
+ * `cast16` slot for BF16 and FP16 under every rounding mode (stochastic rounding included)
+ * and overflow policy, the `quantize` slot for current scaling and the `gemm` slot for the
+ * `exact` and `fp32_seq` models on tensor-scaled operands (FP32, BF16 and FP16 values, E4M3
+ * and E5M2 codes), which it claims bit for bit, and claims nothing else, so every other
+ * case is reported as not supported. The engine runs a program on these slots when they
+ * are all the program needs (spec/cases.md [CASE-KERNEL-TABLE]). Built with
+ * -DQS_EXAMPLE_PLANT_ERROR its current-scaling scale_inv is one ulp too large, and with
+ * -DQS_EXAMPLE_PLANT_GEMM_ERROR its GEMMs leave out the last k: the kit's own tests prove that
+ * exactly the cases covering the planted error then fail. It also has the distributed slots
+ * (QS_CAP_DIST): its ranks are processes on one host that exchange amaxes through files of a
+ * directory the id names. */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
 #include <stdint.h>
@@ -166,6 +169,85 @@ static qs_status example_quantize(void *state, const qs_quantize_args *args)
     if (args->cfg->kind != QS_RECIPE_CURRENT || args->x->ndim != 2)
         return QS_ERR_UNSUPPORTED;
     return quantize_current(args);
+}
+
+/* ------------------------------------------------------------------ cast16 (spec/formats.md) */
+
+/* 2^e as a double, for any e a float's exponent range needs. */
+static double pow2d(int e)
+{
+    double p = 1.0;
+    for (; e > 0; e--)
+        p *= 2.0;
+    for (; e < 0; e++)
+        p *= 0.5;
+    return p;
+}
+
+/* One FP32 value to the code of a 16-bit IEEE-style format with ebits exponent and mbits
+ * fraction bits (BF16 8/7, FP16 5/10): the grid point lo below |x| and the fraction r of the
+ * way to the next one, in exact double arithmetic [FMT-ROUND-*]; the code of the next grid
+ * point is always the code of lo plus one. Overflow [FMT-OVF-*], Inf [FMT-INF] and NaN as
+ * the policies say. */
+static uint16_t encode16(float x, int ebits, int mbits, qs_round mode, qs_overflow ovf, uint32_t u)
+{
+    uint32_t xbits;
+    memcpy(&xbits, &x, sizeof xbits);
+    uint32_t sign = (xbits >> 31) ? 1u << (ebits + mbits) : 0u; /* NaN and -0 keep theirs */
+    uint32_t inf = ((1u << ebits) - 1u) << mbits, maxc = inf - 1u;
+    if (x != x) /* NaN: canonical without its sign, or quiet with it (mldtypes) */
+        return (uint16_t)(ovf == QS_OVF_MLDTYPES ? sign | inf | (1u << (mbits - 1)) : 0x7FFFu);
+    double a = x < 0.0f ? -(double)x : (double)x;
+    if (a > (double)FLT_MAX)
+        return (uint16_t)(sign | (ovf == QS_OVF_SATFINITE ? maxc : inf));
+    int emin = 2 - (1 << (ebits - 1)); /* 1 - bias */
+    int e = emin;
+    while (a >= pow2d(e + 1))
+        e++;
+    double units = a / pow2d(e - mbits); /* exact: a power-of-two scaling */
+    uint64_t lo = (uint64_t)units;
+    double r = units - (double)lo; /* exact, in [0, 1) */
+    int neg = sign != 0, up = 0;
+    switch (mode) {
+    case QS_ROUND_RNE:
+        up = r > 0.5 || (r == 0.5 && (lo & 1u));
+        break;
+    case QS_ROUND_AWAY:
+        up = r >= 0.5;
+        break;
+    case QS_ROUND_RU:
+        up = r > 0.0 && !neg;
+        break;
+    case QS_ROUND_RD:
+        up = r > 0.0 && neg;
+        break;
+    case QS_ROUND_SR: /* r + u 2^-32 >= 1, compared exactly */
+        up = r > 0.0 && r >= (4294967296.0 - (double)u) / 4294967296.0;
+        break;
+    default: /* rz */
+        break;
+    }
+    uint64_t code = ((uint64_t)(e - emin) << mbits) + lo + (uint64_t)up;
+    int toward_zero = mode == QS_ROUND_RZ || (mode == QS_ROUND_RU && neg) ||
+                      (mode == QS_ROUND_RD && !neg) || (mode == QS_ROUND_SR && !up);
+    if (code > maxc) /* [FMT-OVF-DIRECTED] or the policy */
+        code = toward_zero || ovf == QS_OVF_SATFINITE ? maxc : inf;
+    return (uint16_t)(sign | (uint32_t)code);
+}
+
+/* The cast16 slot: BF16 and FP16 under every rounding mode and overflow policy, the
+ * per-element random bits for stochastic rounding; other formats are refused. */
+static qs_status example_cast16(void *state, const qs_cast16_args *args)
+{
+    (void)state;
+    int ebits = args->dtype == QS_BF16 ? 8 : args->dtype == QS_FP16 ? 5 : 0;
+    if (!ebits || (unsigned)args->round >= QS_ROUND_COUNT ||
+        (unsigned)args->overflow >= QS_OVF_COUNT || (args->round == QS_ROUND_SR && !args->sr_bits))
+        return QS_ERR_UNSUPPORTED;
+    for (size_t i = 0; i < args->n; i++)
+        args->out[i] = encode16(args->in[i], ebits, ebits == 8 ? 7 : 10, args->round,
+                                args->overflow, args->round == QS_ROUND_SR ? args->sr_bits[i] : 0);
+    return QS_OK;
 }
 
 /* ------------------------------------------------------------------ gemm (spec/gemm.md) */
@@ -549,7 +631,7 @@ static const qs_backend example_table = {
     .struct_size = sizeof(qs_backend),
     .name = "example",
     .version = "1.0",
-    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR | QS_CAP_DIST,
+    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR | QS_CAP_DIST | QS_CAP_CAST16,
     .open = example_open,
     .close = example_close,
     .device = example_device,
@@ -559,6 +641,7 @@ static const qs_backend example_table = {
     .dist_id = example_dist_id,
     .dist_join = example_dist_join,
     .allreduce_amax = example_allreduce,
+    .cast16 = example_cast16,
 };
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);

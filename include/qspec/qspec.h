@@ -14,6 +14,7 @@
 #include "scope.h"
 #include "checkpoint.h"
 #include "program.h"
+#include "kernels.h"
 #include "distributed.h"
 
 #ifdef __cplusplus
