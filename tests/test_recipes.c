@@ -909,6 +909,28 @@ START_TEST(test_nv_known_answer_two_blocks)
 }
 END_TEST
 
+/* [REC-NV-TORCHAO]: torchao 0.18.0 multiplies by (1/pts)/d. With A = 0x40F90304,
+ * pts = 0x3B3DB928 and a block of amax 0x40BF8206 (scale 352, 0x7B), x = 0x406442C4 scales to
+ * just above the tie 3.5 and gives 4 (0x6); the older x / (pts * d) lands below it and gives
+ * 3 (0x5). Values from a numpy float32 model of both formulas. */
+START_TEST(test_nv_torchao_018_multiplies_by_the_reciprocal_scale)
+{
+    float v[32] = {0};
+    v[0] = qs_f32_from_bits(0x40F90304u);
+    v[16] = qs_f32_from_bits(0x40BF8206u);
+    v[17] = qs_f32_from_bits(0x406442C4u);
+    qs_tensor x = make_f32(1, 32, v);
+    qs_quantized z;
+    const char *ao[] = {"rht", "0", "sr", "0", "variant", "torchao", NULL};
+    quant(QS_RECIPE_NVFP4, QS_ROLE_INPUT, ao, &x, &z);
+    ASSERT_BITS(z.global_dec[QS_DIR_ROW], 0x3B3DB928);
+    ASSERT_CODE(&z.scale[QS_DIR_ROW], 1, 0x7B);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 17, 0x6);
+    qs_quantized_free(&z);
+    qs_tensor_free(&x);
+}
+END_TEST
+
 /* [REC-NV-SCALE] [REC-NV-TORCHAO] [REC-DEQ-NV-TORCHAO] [REC-VARIANTS]: worked example NV-3, a tiny
  * block: te's subnormal block scale 2^-7 (0x04) against torchao's 2^-6 floor (0x08); elements 6
  * against 3. */
@@ -1429,6 +1451,7 @@ static Suite *recipes_suite(void)
     tcase_add_test(nv, test_nv_known_answer_amax_6);
     tcase_add_test(nv, test_nv_known_answer_two_blocks);
     tcase_add_test(nv, test_nv_te_and_torchao_differ_on_tiny_block);
+    tcase_add_test(nv, test_nv_torchao_018_multiplies_by_the_reciprocal_scale);
     tcase_add_test(nv, test_nv_zero_tensor);
     tcase_add_test(nv, test_nv_inf_and_nan);
     tcase_add_test(nv, test_nv_partial_blocks_and_transposed_columnwise);
