@@ -1,9 +1,11 @@
 #!/bin/sh
 # autogen.sh: generate the build system (configure, Makefile.in) from configure.ac and Makefile.am.
 # With --install-deps, first install the Debian packages the build and the tests need
-# (as root), or print the apt-get line that would.
+# (as root), or print the apt-get line that would, then ml_dtypes (and the numpy it needs) from
+# PyPI into the virtual environment interop-venv/ for tests/interop_casts.sh.
 set -e
-DEPS="build-essential autoconf automake libtool autoconf-archive pkg-config check libyaml-dev libmpfr-dev clang python3-numpy"
+DEPS="build-essential autoconf automake libtool autoconf-archive pkg-config check libyaml-dev libmpfr-dev clang python3-numpy python3-venv"
+MLDTYPES=ml_dtypes==0.7.0
 usage() {
     echo "usage: ./autogen.sh [--install-deps] [--help]"
     echo "  --install-deps  install the Debian packages qspec needs: $DEPS"
@@ -34,5 +36,14 @@ if [ "$install_deps" = yes ]; then
     fi
 fi
 cd "$(dirname "$0")"
+if [ "$install_deps" = yes ] && ! interop-venv/bin/python -c 'import ml_dtypes' 2>/dev/null; then
+    # a failure here only makes tests/interop_casts.sh skip
+    if python3 -m venv --system-site-packages interop-venv &&
+        interop-venv/bin/pip install -q "$MLDTYPES"; then
+        echo "autogen.sh: $MLDTYPES installed in interop-venv/"
+    else
+        echo "autogen.sh: could not install $MLDTYPES into interop-venv/; tests/interop_casts.sh will skip" >&2
+    fi
+fi
 mkdir -p m4 build-aux
 autoreconf --install --force --warnings=all,no-portability

@@ -178,6 +178,112 @@ static const qsk_case_file *file_of(const qsk_suite *s, const qsk_case *c)
     return NULL;
 }
 
+/* ---------------------------------------------------------------- attention manifests */
+
+/* The value of param key, or dflt when the case does not set it. */
+static const char *param_or(const qsk_case *c, const char *key, const char *dflt)
+{
+    const qsk_param *p = qsk_case_param(c, key);
+    return p ? p->value : dflt;
+}
+
+/* "3,1,6" as the JSON array [3, 1, 6]; null when absent. */
+static void json_seqlens(FILE *fp, const qsk_case *c)
+{
+    const qsk_param *p = qsk_case_param(c, "seqlens");
+    if (!p) {
+        fputs("null", fp);
+        return;
+    }
+    fputc('[', fp);
+    for (const char *v = p->value; *v; v++)
+        fputs(*v == ',' ? ", " : (char[2]){*v, 0}, fp);
+    fputc(']', fp);
+}
+
+/* A binary32 as a JSON number that reads back to the same float, and its bits. */
+static void json_f32(FILE *fp, const char *key, float x)
+{
+    fprintf(fp, "\"%s\": %.9g, \"%s_bits\": \"0x%08X\"", key, (double)x, key,
+            (unsigned)qs_f32_bits(x));
+}
+
+/* [CASE-GEN-ATTN] sdpa and gdn: every parameter typed, with its default filled in (the
+ * scale a call uses, [ATTN-SCALE] [GDN-SCALE]). */
+static void json_attn_params(FILE *fp, const qsk_case *c, const qs_tensor *inputs)
+{
+    const qs_tensor *q = qsk_input_tensor(c, inputs, "q");
+    float d = q && q->ndim ? (float)q->shape[q->ndim - 1] : 1.0f;
+    const qsk_param *sc = qsk_case_param(c, "scale");
+    float scale = sc ? strtof(sc->value, NULL) : 0.0f;
+    if (scale == 0.0f)
+        scale = qs_rsqrtf(d);
+    fputs("{", fp);
+    if (strcmp(c->op, "sdpa") == 0) {
+        fputs("\"layout\": ", fp);
+        qsk_json_string(fp, param_or(c, "layout", "sbhd"));
+        fputs(", \"mask\": ", fp);
+        qsk_json_string(fp, param_or(c, "mask", "none"));
+    } else {
+        fprintf(fp, "\"l2norm\": %s, \"chunk\": %s",
+                strcmp(param_or(c, "l2norm", "0"), "0") ? "true" : "false",
+                param_or(c, "chunk", "0"));
+    }
+    fputs(", ", fp);
+    json_f32(fp, "scale", scale);
+    fputs(", \"seqlens\": ", fp);
+    json_seqlens(fp, c);
+    fputs("}", fp);
+}
+
+/* [CASE-GEN-ATTN] Which outputs are rounded to the input dtype, and the intermediate
+ * roundings the spec fixes, so that a framework can match them from the manifest. */
+static void json_attn_rounding(FILE *fp, const qsk_case *c, const qs_tensor *inputs)
+{
+    static const char *const rounded[] = {"o", "dq", "dk", "dv", NULL};
+    const qs_tensor *q = qsk_input_tensor(c, inputs, "q");
+    const char *dt = q ? qs_dtype_name(q->dtype) : "fp32";
+    int sdpa = strcmp(c->op, "sdpa") == 0;
+    int l2 = !sdpa && strcmp(param_or(c, "l2norm", "0"), "0") != 0;
+    fputs(",\n  \"rounding\": {\"dtype\": ", fp);
+    qsk_json_string(fp, dt);
+    fputs(", \"rounded_outputs\": [", fp);
+    int n = 0;
+    for (size_t i = 0; i < c->noutputs; i++)
+        for (int r = 0; rounded[r]; r++)
+            if (strcmp(c->outputs[i].name, rounded[r]) == 0) {
+                fputs(n++ ? ", " : "", fp);
+                qsk_json_string(fp, rounded[r]);
+            }
+    fputs("], \"fp32_outputs\": [", fp);
+    n = 0;
+    for (size_t i = 0; i < c->noutputs; i++) {
+        int is_rounded = 0;
+        for (int r = 0; rounded[r]; r++)
+            is_rounded |= strcmp(c->outputs[i].name, rounded[r]) == 0;
+        if (!is_rounded) {
+            fputs(n++ ? ", " : "", fp);
+            qsk_json_string(fp, c->outputs[i].name);
+        }
+    }
+    fputs("],\n    \"intermediates\": [", fp);
+    if (sdpa) {
+        fputs("\"all arithmetic in FP32; each of o, dq, dk, dv rounded to the dtype once, last "
+              "[ATTN-DTYPE]\", \"backward: D_i = dout_i . o_i uses o as rounded to the dtype "
+              "[ATTN-BWD]\"",
+              fp);
+    } else {
+        fputs("\"all arithmetic in FP32; the state h stays FP32 [GDN-STATE-FP32]; each of o, dq, "
+              "dk, dv rounded to the dtype once, last [GDN-DTYPE]\"",
+              fp);
+        if (l2)
+            fputs(", \"q^ and k^ rounded to the dtype after l2norm, before the recurrence; the "
+                  "backward treats that rounding as the identity [GDN-L2NORM]\"",
+                  fp);
+    }
+    fputs("]}", fp);
+}
+
 static void gen_manifest(FILE *fp, const qsk_suite *s, const qsk_case *c, const qs_tensor *inputs,
                          const qsk_results *ref)
 {
@@ -191,14 +297,23 @@ static void gen_manifest(FILE *fp, const qsk_suite *s, const qsk_case *c, const 
     fprintf(fp, ",\n  \"line\": %d,\n  \"case_file_sha256\": \"%s\",\n  \"op\": ", c->pos.line,
             hex);
     qsk_json_string(fp, c->op);
-    fputs(",\n  \"params\": {", fp);
-    for (size_t i = 0; i < c->nparams; i++) {
-        fputs(i ? ", " : "", fp);
-        qsk_json_string(fp, c->params[i].key);
-        fputs(": ", fp);
-        qsk_json_string(fp, c->params[i].value);
+    int attn = strcmp(c->op, "sdpa") == 0 || strcmp(c->op, "gdn") == 0;
+    fputs(",\n  \"params\": ", fp);
+    if (attn) {
+        json_attn_params(fp, c, inputs);
+    } else {
+        fputs("{", fp);
+        for (size_t i = 0; i < c->nparams; i++) {
+            fputs(i ? ", " : "", fp);
+            qsk_json_string(fp, c->params[i].key);
+            fputs(": ", fp);
+            qsk_json_string(fp, c->params[i].value);
+        }
+        fputs("}", fp);
     }
-    fputs("},\n  \"rules\": [", fp);
+    if (attn)
+        json_attn_rounding(fp, c, inputs);
+    fputs(",\n  \"rules\": [", fp);
     for (size_t i = 0; i < c->nrules; i++) {
         fputs(i ? ", " : "", fp);
         qsk_json_string(fp, c->rules[i]);

@@ -28,7 +28,8 @@ typedef enum qsi_action {
     QSI_TO_MAX,        /* +-max finite */
     QSI_TO_INF,        /* +-Inf; NaN with the sign where there is no Inf; +-max where no NaN */
     QSI_TO_NAN_CANON,  /* the canonical positive NaN code; +max where the format has no NaN */
-    QSI_TO_NAN_SIGNED, /* the quiet NaN with the input's sign; signed zero where no NaN */
+    QSI_TO_NAN_SIGNED, /* the quiet NaN with the input's sign; where there is no NaN, the
+                          zero of the opposite sign (ml_dtypes: -(-0) for a -NaN) */
 } qsi_action;
 
 /* One overflow policy [FMT-OVF-SATFINITE] [FMT-OVF-NOSAT] [FMT-OVF-MLDTYPES]. */
@@ -224,7 +225,9 @@ static uint32_t qsi_special_code(const qs_format_info *fi, qsi_action a, int neg
     case QSI_TO_NAN_CANON:
         return fi->nan_kind != 0 ? fi->nan_code : fi->max_code; /* [FMT-E2M1-NAN] */
     case QSI_TO_NAN_SIGNED:
-        return fi->nan_kind != 0 ? qsi_quiet_nan(fi) | s : s; /* [FMT-E2M1-NAN] */
+        if (fi->nan_kind != 0)
+            return qsi_quiet_nan(fi) | s;
+        return neg ? 0u : qsi_sign_bit(fi); /* [FMT-E2M1-NAN]: ml_dtypes 0.7.0 */
     }
     return fi->nan_code;
 }

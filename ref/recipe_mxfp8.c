@@ -1,7 +1,7 @@
 /* recipe_mxfp8.c: MXFP8 of spec/recipes.md — 1x32 rowwise and 32x1 columnwise blocks
  * (columnwise data not transposed), one E8M0 scale per block, E4M3 or E5M2 elements.
- * The scale rules (TE round-up, OCP floor) and their element policies are the two rows
- * of mx_rules; the block walk below never branches on the rule. */
+ * The scale rules (TE round-up, OCP floor), their multipliers and element policies are the
+ * two rows of mx_rules; the block walk below never branches on the rule. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -80,18 +80,18 @@ static uint32_t elem_clamp_finite(qs_dtype elem, float v)
     return elem == QS_E5M2 ? qs_encode_e5m2(v, QS_OVF_NOSAT) : qs_encode_e4m3(v, QS_OVF_NOSAT);
 }
 
-/* The per-peer variant table [REC-VARIANTS], indexed by qs_mx_rule. */
-static const struct {
-    uint32_t (*scale)(float amax, qs_dtype elem);
-    uint32_t (*encode)(qs_dtype elem, float v);
-} mx_rules[QS_MX_RULE_COUNT] = {
-    {scale_te, elem_satfinite},
-    {scale_ocp, elem_clamp_finite},
-};
+/* [REC-MX-MULT]: TE's exp2f_rcp: 1 for e = 0, else the binary32 with bits (254-e) << 23
+ * taken as a 32-bit pattern, so e = 254 gives +0 and e = 255 gives -Inf (bits 0xFF800000). */
+static float mult_te(uint32_t e)
+{
+    if (e == 0)
+        return 1.0f;
+    return qs_f32_from_bits((uint32_t)(254 - (int32_t)e) << 23);
+}
 
-/* [REC-MX-MULT]: 2^(127-e) as TE's exp2f_rcp builds it: bits (254-e) << 23, 2^-127 for
- * e = 254, NaN for e = 255. */
-static float mx_multiplier(uint32_t e)
+/* [REC-MX-MULT-OCP]: the exact 2^(127-e) of V/X: 2^127 for e = 0, 2^-127 (bits 0x00400000)
+ * for e = 254, NaN for e = 255. */
+static float mult_ocp(uint32_t e)
 {
     if (e == 255)
         return qs_f32_from_bits(0x7FC00000u);
@@ -99,6 +99,16 @@ static float mx_multiplier(uint32_t e)
         return qs_f32_from_bits(0x00400000u);
     return qs_f32_from_bits((254u - e) << 23);
 }
+
+/* The per-peer variant table [REC-VARIANTS], indexed by qs_mx_rule. */
+static const struct {
+    uint32_t (*scale)(float amax, qs_dtype elem);
+    float (*multiplier)(uint32_t e);
+    uint32_t (*encode)(qs_dtype elem, float v);
+} mx_rules[QS_MX_RULE_COUNT] = {
+    [QS_MX_RULE_TE] = {scale_te, mult_te, elem_satfinite},
+    [QS_MX_RULE_OCP] = {scale_ocp, mult_ocp, elem_clamp_finite},
+};
 
 /* Rowwise 1x32 blocks of the rows x cols matrix src into data [rows, cols] and scale
  * [rows, ceil(cols/32)]; a partial trailing block takes its amax over the elements present
@@ -113,7 +123,7 @@ static void mx_encode_rows(const float *src, int64_t rows, int64_t cols, qs_dtyp
             int64_t len = cols - c0 < QSI_MX_BLOCK ? cols - c0 : QSI_MX_BLOCK;
             const float *blk = src + r * cols + c0;
             uint32_t e = mx_rules[rule].scale(qsi_amax(blk, len, 1), elem);
-            float mult = mx_multiplier(e);
+            float mult = mx_rules[rule].multiplier(e);
             qsi_code_set(scale, (size_t)(r * nblk + b), e);
             for (int64_t c = 0; c < len; c++)
                 qsi_code_set(data, (size_t)(r * cols + c0 + c),

@@ -84,12 +84,13 @@ static uint32_t torchao_block_scale(float blk_amax, const nv_global *g)
     return qs_encode_e4m3(v, QS_OVF_SATFINITE);
 }
 
-/* [REC-NV-TORCHAO]: clamp(x / (pts * s), -6, 6); pts = 0 gives 0. */
+/* [REC-NV-TORCHAO]: torchao 0.18.0: clamp(x * ((1 / pts) / s), -6, 6); pts = 0 gives 0. */
 static float torchao_elem_value(float x, uint32_t scode, const nv_global *g)
 {
     if (g->dec == 0.0f)
         return 0.0f;
-    return clampf_(x / (g->dec * qs_decode_f32(QS_E4M3, scode)), -6.0f, 6.0f);
+    float reciprocal_scale = (1.0f / g->dec) / qs_decode_f32(QS_E4M3, scode);
+    return clampf_(x * reciprocal_scale, -6.0f, 6.0f);
 }
 
 /* [REC-DEQ-NV-TORCHAO]: (decode(q) * s) * pts. */

@@ -35,6 +35,17 @@ expect_true "the manifest names the case" grep -q "^  \"case\": \"$CAST\",$" "$m
 expect_true "the manifest names the op and its params" grep -q '^  "params": {"to": "e4m3", "round": "rne", "overflow": "satfinite"},$' "$m"
 expect_true "the manifest lists the input with dtype and shape" grep -q '{"name": "x", "file": "x.npy", "dtype": "fp32", "npy_descr": "<f4", "shape": \[32, 32\]}' "$m"
 expect_true "the manifest lists the output with dtype, shape and comparison" grep -q "{\"name\": \"y\", \"file\": \"y.npy\", \"dtype\": \"e4m3\", \"npy_descr\": \"\[('float8_e4m3fn', '|u1')\]\", \"shape\": \[32, 32\], \"compare\": {\"bitwise\": {\"nan\": \"canonical\"}}}" "$m"
+# [CASE-GEN-ATTN] attention manifests: typed params with defaults, and the roundings
+ATT="$SUITE/attention.yaml"
+expect_status "gen writes a thd sdpa case" 0 "$QSPEC" gen "$ATT" --id attn.sdpa.thd.causal --out "$QST_TMP/ga"
+ma="$QST_TMP/ga/manifest.json"
+expect_true "sdpa params are typed, seqlens a list, the default scale 1/sqrt(16) filled in" grep -qF '"params": {"layout": "thd", "mask": "causal", "scale": 0.25, "scale_bits": "0x3E800000", "seqlens": [3, 1, 6]},' "$ma"
+expect_true "the sdpa manifest says o, dq, dk, dv are rounded to bf16 and lse is FP32" grep -qF '"rounding": {"dtype": "bf16", "rounded_outputs": ["o", "dq", "dk", "dv"], "fp32_outputs": ["lse"],' "$ma"
+expect_true "the sdpa manifest says D comes from the rounded o" grep -qF 'D_i = dout_i . o_i uses o as rounded to the dtype [ATTN-BWD]' "$ma"
+expect_status "gen writes a gdn case" 0 "$QSPEC" gen "$ATT" --id gdn.bf16.h2hv2.l2norm-1 --out "$QST_TMP/gg"
+mg="$QST_TMP/gg/manifest.json"
+expect_true "gdn params are typed with the default scale 1/sqrt(8)" grep -qF '"params": {"l2norm": true, "chunk": 0, "scale": 0.353553385, "scale_bits": "0x3EB504F3", "seqlens": null},' "$mg"
+expect_true "the gdn manifest says q^ and k^ are rounded after l2norm" grep -qF 'q^ and k^ rounded to the dtype after l2norm' "$mg"
 if command -v sha256sum >/dev/null 2>&1; then
     expect_true "the manifest holds the case file's SHA-256" grep -q "\"case_file_sha256\": \"$(sha256sum "$E4M3" | cut -d' ' -f1)\"" "$m"
 fi

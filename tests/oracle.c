@@ -154,7 +154,7 @@ static uint32_t qso_nan(const qso_fmt *f, qs_overflow ovf, int neg)
     case QS_E8M0:
         return 0xFF;
     default:
-        return qso_sign(f, neg); /* signed zero */
+        return qso_sign(f, !neg); /* the zero of the opposite sign [FMT-E2M1-NAN] */
     }
 }
 

@@ -195,13 +195,16 @@ START_TEST(test_e2m1_ties_go_to_even_under_rne_and_away_under_away)
 END_TEST
 
 /* [FMT-E2M1-NAN] [FMT-INF] [FMT-OVF-MLDTYPES] */
-START_TEST(test_fp4_fp6_nan_gives_plus_max_except_mldtypes_signed_zero)
+START_TEST(test_fp4_fp6_nan_gives_plus_max_except_mldtypes_zero_of_opposite_sign)
 {
     rne(QS_E2M1, NAN, QS_OVF_SATFINITE, 0x7);
     rne(QS_E2M1, -NAN, QS_OVF_SATFINITE, 0x7);
     rne(QS_E2M1, -NAN, QS_OVF_NOSAT, 0x7);
-    rne(QS_E2M1, NAN, QS_OVF_MLDTYPES, 0x0);
-    rne(QS_E2M1, -NAN, QS_OVF_MLDTYPES, 0x8);
+    rne(QS_E2M1, NAN, QS_OVF_MLDTYPES, 0x8);
+    rne(QS_E2M1, -NAN, QS_OVF_MLDTYPES, 0x0);
+    rne(QS_E2M3, NAN, QS_OVF_MLDTYPES, 0x20);
+    rne(QS_E2M3, -NAN, QS_OVF_MLDTYPES, 0x00);
+    rne(QS_E3M2, NAN, QS_OVF_MLDTYPES, 0x20);
     rne(QS_E2M1, INFINITY, QS_OVF_MLDTYPES, 0x7);
     rne(QS_E2M1, -INFINITY, QS_OVF_NOSAT, 0xF);
     rne(QS_E2M3, NAN, QS_OVF_SATFINITE, 0x1F);
@@ -209,7 +212,7 @@ START_TEST(test_fp4_fp6_nan_gives_plus_max_except_mldtypes_signed_zero)
     rne(QS_E2M3, -INFINITY, QS_OVF_SATFINITE, 0x3F);
     rne(QS_E3M2, -NAN, QS_OVF_SATFINITE, 0x1F);
     rne(QS_E3M2, 30, QS_OVF_SATFINITE, 0x1F);
-    rne(QS_E3M2, -NAN, QS_OVF_MLDTYPES, 0x20);
+    rne(QS_E3M2, -NAN, QS_OVF_MLDTYPES, 0x00);
 }
 END_TEST
 
@@ -511,7 +514,7 @@ int main(void)
     tcase_add_test(tc, test_e5m2_overflows_at_61440_by_policy);
     tcase_add_test(tc, test_half_the_smallest_subnormal_rounds_to_signed_zero);
     tcase_add_test(tc, test_e2m1_ties_go_to_even_under_rne_and_away_under_away);
-    tcase_add_test(tc, test_fp4_fp6_nan_gives_plus_max_except_mldtypes_signed_zero);
+    tcase_add_test(tc, test_fp4_fp6_nan_gives_plus_max_except_mldtypes_zero_of_opposite_sign);
     tcase_add_test(tc, test_e8m0_rounds_the_significand_and_handles_sign_zero_and_range);
     tcase_add_test(tc, test_directed_modes_overflow_to_max_when_rounding_toward_zero);
     tcase_add_test(tc, test_stochastic_rounding_threshold_is_exact);

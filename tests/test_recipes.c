@@ -251,24 +251,49 @@ START_TEST(test_mx_zero_block)
 }
 END_TEST
 
-/* [REC-AMAX] [REC-MX-SCALE] [REC-MX-MULT] [REC-MX-ELEM-OCP]: one +Inf in a block. te:
- * scale 0xFE, Inf -> 448, finite -> 0. ocp: scale NaN 0xFF, every element NaN. */
-START_TEST(test_mx_single_inf_block)
+/* [REC-AMAX] [REC-MX-SCALE] [REC-MX-MULT] [REC-MX-ELEM] [REC-MX-ELEM-OCP]: one +Inf in a
+ * block. te: scale 0xFE, multiplier +0 (TE's exp2f_rcp(254)), so finite values give +-0 and
+ * Inf * 0 = NaN gives 0x7F. ocp: scale NaN 0xFF, every element NaN. */
+START_TEST(test_mx_inf_block_te_gives_zeros_and_nan_ocp_all_nan)
 {
-    float v[32] = {INFINITY, 1.0f, -300.0f};
+    float v[32] = {INFINITY, 1.0f, -300.0f, 3e38f};
     qs_tensor x = make_f32(1, 32, v);
     qs_quantized z;
     quant(QS_RECIPE_MXFP8, QS_ROLE_INPUT, NULL, &x, &z);
     ASSERT_CODE(&z.scale[QS_DIR_ROW], 0, 0xFE);
-    ASSERT_CODE(&z.data[QS_DIR_ROW], 0, 0x7E);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 0, 0x7F); /* Inf * 0 = NaN */
     ASSERT_CODE(&z.data[QS_DIR_ROW], 1, 0x00);
-    ASSERT_CODE(&z.data[QS_DIR_ROW], 2, 0x80); /* -300 * 2^-127 rounds to -0 */
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 2, 0x80); /* -300 * 0 = -0 */
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 3, 0x00); /* 3e38 * 0 = 0 (was 0x3E with 2^-127) */
     qs_quantized_free(&z);
     const char *ocp[] = {"rule", "ocp", NULL};
     quant(QS_RECIPE_MXFP8, QS_ROLE_INPUT, ocp, &x, &z);
     ASSERT_CODE(&z.scale[QS_DIR_ROW], 0, 0xFF);
     for (int i = 0; i < 32; i++)
         ck_assert_uint_eq(code_at(&z.data[QS_DIR_ROW], i) & 0x7F, 0x7F);
+    qs_quantized_free(&z);
+    qs_tensor_free(&x);
+}
+END_TEST
+
+/* [REC-MX-MULT] [REC-MX-MULT-OCP]: a block of amax 0x00001001 (about 2^-137) has scale
+ * 0x00 under both rules; te multiplies by exp2f_rcp(0) = 1, so the element is 0x00 (as TE
+ * and torchao's RCEIL mode give); ocp divides by X = 2^-127 exactly: 4097 * 2^-22 is just
+ * above half of E4M3's 2^-9, so 0x01. */
+START_TEST(test_mx_scale_zero_block_te_multiplier_one_ocp_exact)
+{
+    float v[32] = {0};
+    v[0] = qs_f32_from_bits(0x00001001u);
+    qs_tensor x = make_f32(1, 32, v);
+    qs_quantized z;
+    quant(QS_RECIPE_MXFP8, QS_ROLE_INPUT, NULL, &x, &z);
+    ASSERT_CODE(&z.scale[QS_DIR_ROW], 0, 0x00);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 0, 0x00);
+    qs_quantized_free(&z);
+    const char *ocp[] = {"rule", "ocp", NULL};
+    quant(QS_RECIPE_MXFP8, QS_ROLE_INPUT, ocp, &x, &z);
+    ASSERT_CODE(&z.scale[QS_DIR_ROW], 0, 0x00);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 0, 0x01);
     qs_quantized_free(&z);
     qs_tensor_free(&x);
 }
@@ -884,6 +909,28 @@ START_TEST(test_nv_known_answer_two_blocks)
 }
 END_TEST
 
+/* [REC-NV-TORCHAO]: torchao 0.18.0 multiplies by (1/pts)/d. With A = 0x40F90304,
+ * pts = 0x3B3DB928 and a block of amax 0x40BF8206 (scale 352, 0x7B), x = 0x406442C4 scales to
+ * just above the tie 3.5 and gives 4 (0x6); the older x / (pts * d) lands below it and gives
+ * 3 (0x5). Values from a numpy float32 model of both formulas. */
+START_TEST(test_nv_torchao_018_multiplies_by_the_reciprocal_scale)
+{
+    float v[32] = {0};
+    v[0] = qs_f32_from_bits(0x40F90304u);
+    v[16] = qs_f32_from_bits(0x40BF8206u);
+    v[17] = qs_f32_from_bits(0x406442C4u);
+    qs_tensor x = make_f32(1, 32, v);
+    qs_quantized z;
+    const char *ao[] = {"rht", "0", "sr", "0", "variant", "torchao", NULL};
+    quant(QS_RECIPE_NVFP4, QS_ROLE_INPUT, ao, &x, &z);
+    ASSERT_BITS(z.global_dec[QS_DIR_ROW], 0x3B3DB928);
+    ASSERT_CODE(&z.scale[QS_DIR_ROW], 1, 0x7B);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 17, 0x6);
+    qs_quantized_free(&z);
+    qs_tensor_free(&x);
+}
+END_TEST
+
 /* [REC-NV-SCALE] [REC-NV-TORCHAO] [REC-DEQ-NV-TORCHAO] [REC-VARIANTS]: worked example NV-3, a tiny
  * block: te's subnormal block scale 2^-7 (0x04) against torchao's 2^-6 floor (0x08); elements 6
  * against 3. */
@@ -1372,7 +1419,8 @@ static Suite *recipes_suite(void)
     tcase_add_test(mx, test_mx_921_6_e5m2_elements);
     tcase_add_test(mx, test_mx_rules_agree_at_1_75_and_differ_above);
     tcase_add_test(mx, test_mx_zero_block);
-    tcase_add_test(mx, test_mx_single_inf_block);
+    tcase_add_test(mx, test_mx_inf_block_te_gives_zeros_and_nan_ocp_all_nan);
+    tcase_add_test(mx, test_mx_scale_zero_block_te_multiplier_one_ocp_exact);
     tcase_add_test(mx, test_mx_single_nan_block);
     tcase_add_test(mx, test_mx_partial_block_odd_shape);
     tcase_add_test(mx, test_mx_columnwise_is_rowwise_of_transpose);
@@ -1403,6 +1451,7 @@ static Suite *recipes_suite(void)
     tcase_add_test(nv, test_nv_known_answer_amax_6);
     tcase_add_test(nv, test_nv_known_answer_two_blocks);
     tcase_add_test(nv, test_nv_te_and_torchao_differ_on_tiny_block);
+    tcase_add_test(nv, test_nv_torchao_018_multiplies_by_the_reciprocal_scale);
     tcase_add_test(nv, test_nv_zero_tensor);
     tcase_add_test(nv, test_nv_inf_and_nan);
     tcase_add_test(nv, test_nv_partial_blocks_and_transposed_columnwise);

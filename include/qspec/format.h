@@ -29,7 +29,8 @@ typedef enum qs_round {
 typedef enum qs_overflow {
     QS_OVF_SATFINITE = 0, /* CUDA __NV_SATFINITE: overflow and +-Inf give +-max; NaN canonical */
     QS_OVF_NOSAT,         /* overflow gives Inf (or NaN where the format has no Inf) */
-    QS_OVF_MLDTYPES,      /* ml_dtypes astype: overflow and Inf give NaN, NaN keeps its sign */
+    QS_OVF_MLDTYPES,      /* ml_dtypes 0.7.0 astype: overflow and Inf give Inf (NaN where
+                             there is no Inf), NaN keeps its sign [FMT-OVF-MLDTYPES] */
     QS_OVF_COUNT
 } qs_overflow;
 
@@ -90,8 +91,8 @@ qs_status qs_encode_f64_flags(qs_dtype dt, double x, qs_cast_mode mode, uint32_t
 uint8_t qs_encode_e4m3(float x, qs_overflow ovf);
 uint8_t qs_encode_e5m2(float x, qs_overflow ovf);
 uint8_t qs_encode_e2m1(float x, qs_overflow ovf);
-/* CUDA __float2bfloat16_rn / __float2half_rn: RNE, NaN gives the canonical quiet NaN
- * (0x7FFF / 0x7FFF) with the sign kept as CUDA keeps it [FMT-BF16-ENC] [FMT-FP16-ENC]. */
+/* CUDA __float2bfloat16_rn / __float2half_rn: RNE, overflow to Inf; every NaN, of either
+ * sign and any payload, gives 0x7FFF: the sign is dropped [FMT-BF16-ENC] [FMT-FP16-ENC]. */
 uint16_t qs_f32_to_bf16(float x);
 uint16_t qs_f32_to_f16(float x);
 float qs_bf16_to_f32(uint16_t h);

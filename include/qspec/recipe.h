@@ -66,7 +66,7 @@ typedef enum qs_mx_rule {
 /* NVFP4 arithmetic variant [REC-NV-SCALE] [REC-NV-TORCHAO]. */
 typedef enum qs_nv_variant {
     QS_NV_TE = 0,  /* TransformerEngine's reciprocal chain (default) */
-    QS_NV_TORCHAO, /* torchao's division chain with the 2^-6 block-scale floor */
+    QS_NV_TORCHAO, /* torchao 0.18.0's chain with the 2^-6 block-scale floor */
     QS_NV_COUNT
 } qs_nv_variant;
 
