@@ -403,6 +403,8 @@ qs_status qc_slot_gdn_fwd(void *state, qs_gdn_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
+    /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
+    a->claim = QS_ATTN_CLAIM_REFERENCE;
     if (r.fwd_smem() > qc::kSmemMax)
         return qc::refuse("gdn_fwd: key dim too large for the state in shared memory", a->why,
                           a->why_len);
@@ -446,6 +448,8 @@ qs_status qc_slot_gdn_bwd(void *state, qs_gdn_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
+    /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
+    a->claim = QS_ATTN_CLAIM_REFERENCE;
     if (r.bwd_smem() > qc::kSmemMax)
         return qc::refuse("gdn_bwd: dk x dv too large for the state in shared memory", a->why,
                           a->why_len);

@@ -386,6 +386,8 @@ qs_status qc_slot_sdpa_fwd(void *state, qs_sdpa_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
+    /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
+    a->claim = QS_ATTN_CLAIM_REFERENCE;
     const qs_sdpa_params &p = a->p;
     size_t nq = r.tq * p.h * p.d, nk = r.tk * p.hkv * p.d, nv = r.tk * p.hkv * p.dv;
     size_t no = r.tq * p.h * p.dv, nl = r.tq * p.h;
@@ -420,6 +422,8 @@ qs_status qc_slot_sdpa_bwd(void *state, qs_sdpa_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
+    /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
+    a->claim = QS_ATTN_CLAIM_REFERENCE;
     const qs_sdpa_params &p = a->p;
     size_t nq = r.tq * p.h * p.d, nk = r.tk * p.hkv * p.d, nv = r.tk * p.hkv * p.dv;
     size_t no = r.tq * p.h * p.dv, nl = r.tq * p.h;

@@ -234,21 +234,25 @@ static qs_status ref_gemm(void *state, qs_gemm_args *a)
 
 static qs_status ref_sdpa_fwd(void *state, qs_sdpa_args *a)
 {
+    a->claim = QS_ATTN_CLAIM_REFERENCE;
     return qs_sdpa_fwd(state, &a->p, a->q, a->k, a->v, a->o, a->lse);
 }
 
 static qs_status ref_sdpa_bwd(void *state, qs_sdpa_args *a)
 {
+    a->claim = QS_ATTN_CLAIM_REFERENCE;
     return qs_sdpa_bwd(state, &a->p, a->q, a->k, a->v, a->o, a->dout, a->dq, a->dk, a->dv);
 }
 
 static qs_status ref_gdn_fwd(void *state, qs_gdn_args *a)
 {
+    a->claim = QS_ATTN_CLAIM_REFERENCE;
     return qs_gdn_fwd(state, &a->p, a->q, a->k, a->v, a->g, a->beta, a->h0, a->o, a->ht);
 }
 
 static qs_status ref_gdn_bwd(void *state, qs_gdn_args *a)
 {
+    a->claim = QS_ATTN_CLAIM_REFERENCE;
     return qs_gdn_bwd(state, &a->p, a->q, a->k, a->v, a->g, a->beta, a->h0, a->dout, a->dht, a->dq,
                       a->dk, a->dv, a->dg, a->dbeta, a->dh0);
 }

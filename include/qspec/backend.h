@@ -165,6 +165,14 @@ typedef struct qs_cast16_args {
  * NULL. Backward (sdpa_bwd) reads o and dout and writes dq, dk, dv (rounded to p.dtype).
  * A slot that cannot honour a request (a head dim, a layout) answers QS_ERR_UNSUPPORTED;
  * on an error or a refusal it may write a one-line reason into why[0..why_len). */
+/* What an sdpa or gdn result is, as the backend states it per request
+ * [CASE-PLUGIN-REF]: the kit presets QS_ATTN_CLAIM_TOLERANCE. */
+typedef enum qs_attn_claim {
+    QS_ATTN_CLAIM_TOLERANCE = 0, /* another evaluation order: within the case's tolerance */
+    QS_ATTN_CLAIM_REFERENCE,     /* the reference's operations in its order, bit for bit */
+    QS_ATTN_CLAIM_COUNT
+} qs_attn_claim;
+
 typedef struct qs_sdpa_args {
     qs_sdpa_params p;
     const float *q, *k, *v;
@@ -173,6 +181,7 @@ typedef struct qs_sdpa_args {
     float *dq, *dk, *dv;
     char *why;
     size_t why_len;
+    qs_attn_claim claim; /* out */
 } qs_sdpa_args;
 
 /* A Gated DeltaNet request [CASE-OP-GDN] (spec/attention.md): p as for qs_gdn_fwd, except
@@ -190,6 +199,7 @@ typedef struct qs_gdn_args {
     float *dq, *dk, *dv, *dg, *dbeta, *dh0; /* backward outputs */
     char *why;
     size_t why_len;
+    qs_attn_claim claim; /* out */
 } qs_gdn_args;
 
 typedef struct qs_backend {
