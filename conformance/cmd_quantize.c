@@ -612,6 +612,28 @@ static qs_status read_copy(qs_ctx *ctx, const char *dir, qs_direction d, qs_quan
         read_npy(ctx, dir, d == QS_DIR_ROW ? "row_data.npy" : "col_data.npy", &z->data[d]);
     if (s == QS_OK)
         s = read_npy(ctx, dir, d == QS_DIR_ROW ? "row_scale.npy" : "col_scale.npy", &z->scale[d]);
+    if (s == QS_OK && (z->cfg.kind == QS_RECIPE_DELAYED || z->cfg.kind == QS_RECIPE_CURRENT)) {
+        /* [REC-CLI-FILES] a tensorwise copy's scale is scale_inv.npy's: both must agree */
+        qs_tensor si = {0};
+        s = read_npy(ctx, dir, "scale_inv.npy", &si);
+        int ok = s == QS_OK && si.dtype == QS_FP32 && si.numel == 1 &&
+                 z->scale[d].dtype == QS_FP32 && z->scale[d].numel == 1;
+        if (s == QS_OK && !ok)
+            s = qs_ctx_error(ctx, QS_ERR_SHAPE,
+                             "%s/scale_inv.npy and the copy's scale must be "
+                             "fp32 of one value",
+                             dir);
+        if (s == QS_OK && memcmp(si.data, z->scale[d].data, 4) != 0)
+            s = qs_ctx_error(ctx, QS_ERR_FORMAT,
+                             "%s/scale_inv.npy (%08X) differs from %s_scale.npy (%08X): the "
+                             "directory was changed after 'qspec quantize'",
+                             dir, (unsigned)qs_f32_bits(((const float *)si.data)[0]),
+                             d == QS_DIR_ROW ? "row" : "col",
+                             (unsigned)qs_f32_bits(((const float *)z->scale[d].data)[0]));
+        if (s == QS_OK)
+            z->global_dec[d] = ((const float *)si.data)[0];
+        qs_tensor_free(&si);
+    }
     if (s != QS_OK || z->cfg.kind != QS_RECIPE_NVFP4)
         return s;
     qs_tensor g = {0};

@@ -251,6 +251,13 @@ if python3 -c 'import sys' 2>/dev/null; then
     expect_err "it names the scale" "scale 7FC00000 or scale_inv 3F800000 is not a finite positive number"
     expect_usage "quantize with a folder as the state file" "$QSPEC" quantize --recipe delayed --in "$T/x.npy" --out "$T/qd" --state "$T"
     expect_err "it says it is a folder" "is a directory, not a file"
+    # [REC-CLI-FILES] dequantize reads scale_inv.npy: one that disagrees with the copy's scale
+    expect_status "quantize current" 0 "$QSPEC" quantize --recipe current --in "$T/x.npy" --out "$T/qc"
+    expect_status "dequantize of the untouched directory" 0 "$QSPEC" dequantize --in "$T/qc" --out "$T/y.npy"
+    cp "$T/qc/amax.npy" "$T/qc/scale_inv.npy"
+    expect_usage "dequantize with a changed scale_inv.npy" "$QSPEC" dequantize --in "$T/qc" --out "$T/y2.npy"
+    expect_err "it names both files" "scale_inv.npy \([0-9A-F]{8}\) differs from row_scale.npy"
+    expect_true "and writes nothing" test ! -e "$T/y2.npy"
 fi
 
 qst_done
