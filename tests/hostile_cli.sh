@@ -149,7 +149,7 @@ tol '{cosine: 1}'
 expect_status "cosine 1 is accepted" 0 "$QSPEC" list "$T/tol.yaml"
 sed 's/values: \[448, 464, 465, -inf, nan, 0\]/values: [448, 464, 465, -inf, nan, 1e999]/' "$FIX/good.yaml" >"$T/big.yaml"
 expect_usage "a value 1e999 beyond FP64 is rejected" "$QSPEC" list "$T/big.yaml"
-# [FMT-CLI-CAST] cast: strtod's overflow and underflow are reported
+# cast: strtod's overflow and underflow are reported
 expect_usage "cast 1e999 is an overflow" "$QSPEC" cast --to e4m3 1e999
 expect_err "it says so" "value '1e999' overflows FP64"
 expect_usage "cast 1e-400 is an underflow" "$QSPEC" cast --to e4m3 1e-400
@@ -198,7 +198,7 @@ expect_true "its target holds the digests" grep -q 'digest: sha256:' "$T/link/ta
 expect_true "the target keeps mode 640" test "$(stat -c %a "$T/link/target.yaml")" = 640
 expect_true "no temporary file is left" test "$(ls "$T/link" | wc -l)" -eq 2
 
-# [CASE-EXTERN] gen, verify and show take the case file and the id in either order
+# [CASE-GEN] [CASE-VERIFY] gen, verify and show take the case file and the id in either order
 expect_status "show CASE-ID CASE-FILE" 0 "$QSPEC" show kit-test.e4m3-boundaries "$T/seed10.yaml"
 expect_status "show CASE-FILE CASE-ID" 0 "$QSPEC" show "$T/seed10.yaml" kit-test.e4m3-boundaries
 expect_out "it shows the case" "kit-test.e4m3-boundaries"
@@ -207,7 +207,7 @@ expect_status "gen CASE-FILE CASE-ID" 0 "$QSPEC" gen "$T/seed10.yaml" kit-test.e
 expect_usage "gen into an existing file" "$QSPEC" gen "$T/seed10.yaml" --id kit-test.e4m3-boundaries --out "$T/seed10.yaml"
 expect_err "it says it is a regular file" "already exists, as a regular file"
 expect_usage "gen --out ''" "$QSPEC" gen "$T/seed10.yaml" --id kit-test.e4m3-boundaries --out ''
-# [CASE-EXTERN] verify rejects junk in expected/
+# [CASE-VERIFY] verify rejects junk in expected/
 cp "$T/g1/expected/y.npy" "$T/g1/y.npy"
 expect_status "verify of the reference's own outputs passes" 0 "$QSPEC" verify "$T/seed10.yaml" kit-test.e4m3-boundaries --results "$T/g1"
 echo junk >"$T/g1/expected/junk.txt"
