@@ -92,6 +92,8 @@ static qs_status attn_input_is(qs_ctx *ctx, const qsk_case *c, const char *name,
 static qs_status sdpa_shapes_check(qs_ctx *ctx, const qsk_case *c, const qs_sdpa_params *p)
 {
     const qsk_input *q = qsk_case_input(c, "q");
+    if (p->h < 1 || p->hkv < 1 || p->d < 1 || p->dv < 1) /* [ATTN-SHAPES] */
+        return shape_error(ctx, c, "the heads h, hkv and the head dims d, dv are at least 1");
     int64_t kshape[4], vshape[4], oshape[4];
     int nd = q->ndim;
     memcpy(oshape, q->shape, sizeof oshape);
@@ -125,6 +127,8 @@ static qs_status gdn_shapes_check(qs_ctx *ctx, const qsk_case *c, const qs_gdn_p
     const char *const why[] = {
         "b, t, h and dk",      "q's shape",        "q's b and t, hv and dv", "q's b and t, and hv",
         "q's b and t, and hv", "b, hv, dk and dv", "the shape of o"};
+    if (p->hv < 1 || p->dk < 1 || p->dv < 1) /* [GDN-SHAPES] */
+        return shape_error(ctx, c, "the heads h, hv and the head dims dk, dv are at least 1");
     int o = p->cu_seqlens ? 1 : 0; /* varlen arrays drop b */
     int64_t qk[4] = {p->b, p->t, p->h, p->dk}, vo[4] = {p->b, p->t, p->hv, p->dv};
     int64_t gb[3] = {p->b, p->t, p->hv}, h0[4] = {p->b, p->hv, p->dk, p->dv};
