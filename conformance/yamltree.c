@@ -31,10 +31,13 @@ void qsk_yaml_free(qsk_ynode *n)
 
 static int node_push(qsk_ynode *parent, qsk_ynode *child)
 {
-    qsk_ynode **grown = realloc(parent->items, (parent->n + 1) * sizeof *grown);
-    if (!grown)
-        return -1;
-    parent->items = grown;
+    size_t n = parent->n;
+    if ((n & (n - 1)) == 0) { /* n is 0 or a power of two: double the array (linear total) */
+        qsk_ynode **grown = realloc(parent->items, (n ? 2 * n : 1) * sizeof *grown);
+        if (!grown)
+            return -1;
+        parent->items = grown;
+    }
     parent->items[parent->n++] = child;
     return 0;
 }
