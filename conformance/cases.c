@@ -1,6 +1,7 @@
 /* cases.c: loading and validating case files against the schema of spec/cases.md.
  * Each check reports file:line:col of the offending node. The loader owns everything it
  * allocates; qsk_case_file_free releases it all, also after a failed load. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,7 +86,8 @@ static qs_status scalar_copy(loader *L, const qsk_ynode *n, const char *what, ch
     return QS_OK;
 }
 
-/* Parses a number: decimal, C99 hex float, nan, inf, -inf. */
+/* Parses a number: decimal, C99 hex float, nan, inf, -inf. A finite number beyond FP64's
+ * range or a nonzero one that underflows to zero is not a number (strtod's ERANGE). */
 static int parse_number(const char *s, double *v)
 {
     if (strcmp(s, "nan") == 0 || strcmp(s, "+nan") == 0) {
@@ -105,7 +107,10 @@ static int parse_number(const char *s, double *v)
         return 1;
     }
     char *end;
+    errno = 0;
     *v = strtod(s, &end);
+    if (errno == ERANGE && (isinf(*v) || *v == 0))
+        return 0;
     return end != s && *end == '\0' && !isnan(*v);
 }
 
@@ -115,8 +120,55 @@ static qs_status number_at(loader *L, const qsk_ynode *n, const char *what, doub
     if (st != QS_OK)
         return st;
     if (!parse_number(n->text, v))
-        return err_at(L, n, "%s: '%s' is not a number", what, n->text);
+        return err_at(L, n, "%s: '%s' is not a number (or is beyond FP64's range)", what, n->text);
     return QS_OK;
+}
+
+int qsk_parse_u64(const char *s, uint64_t *v)
+{
+    unsigned base = 10;
+    *v = 0;
+    if ((s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) && s[2] != '\0') {
+        base = 16;
+        s += 2;
+    }
+    if (*s == '\0')
+        return 1;
+    uint64_t x = 0;
+    int over = 0;
+    for (; *s; s++) {
+        unsigned d;
+        if (*s >= '0' && *s <= '9')
+            d = (unsigned)(*s - '0');
+        else if (base == 16 && *s >= 'a' && *s <= 'f')
+            d = (unsigned)(*s - 'a') + 10;
+        else if (base == 16 && *s >= 'A' && *s <= 'F')
+            d = (unsigned)(*s - 'A') + 10;
+        else
+            return 1;
+        if (x > (UINT64_MAX - d) / base)
+            over = 1;
+        else
+            x = x * base + d;
+    }
+    if (over)
+        return 2;
+    *v = x;
+    return 0;
+}
+
+int qsk_parse_i64(const char *s, int64_t *v)
+{
+    int neg = *s == '-';
+    uint64_t u;
+    *v = 0;
+    int r = qsk_parse_u64(s + (neg || *s == '+'), &u);
+    if (r != 0)
+        return r;
+    if (u > (uint64_t)INT64_MAX + (uint64_t)neg)
+        return 2;
+    *v = neg ? (int64_t)(0 - u) : (int64_t)u;
+    return 0;
 }
 
 static qs_status uint_at(loader *L, const qsk_ynode *n, const char *what, uint64_t *v)
@@ -124,14 +176,11 @@ static qs_status uint_at(loader *L, const qsk_ynode *n, const char *what, uint64
     qs_status st = want_kind(L, n, QSK_Y_SCALAR, what);
     if (st != QS_OK)
         return st;
-    char *end;
-    const char *s = n->text;
-    if (*s == '-' || *s == '+' || *s == '\0')
-        return err_at(L, n, "%s: '%s' is not a non-negative integer", what, s);
-    unsigned long long x = strtoull(s, &end, 0);
-    if (*end != '\0')
-        return err_at(L, n, "%s: '%s' is not a non-negative integer", what, s);
-    *v = (uint64_t)x;
+    int r = qsk_parse_u64(n->text, v);
+    if (r == 2)
+        return err_at(L, n, "%s: '%s' is out of range (at most 2^64 - 1)", what, n->text);
+    if (r != 0)
+        return err_at(L, n, "%s: '%s' is not a non-negative integer", what, n->text);
     return QS_OK;
 }
 
@@ -211,12 +260,12 @@ static qs_status load_shape(loader *L, const qsk_ynode *n, qsk_input *in)
     int64_t numel = 1;
     for (size_t d = 0; d < n->n; d++) {
         uint64_t e;
-        st = uint_at(L, n->items[d], "a shape extent", &e);
-        if (st != QS_OK)
+        if (n->items[d]->kind != QSK_Y_SCALAR || qsk_parse_u64(n->items[d]->text, &e) == 1)
             return err_at(L, n->items[d],
                           "impossible shape: extent '%s' is not a non-negative integer",
-                          n->items[d]->text);
-        if (e > (uint64_t)L->max_elems || (e && numel > L->max_elems / (int64_t)e))
+                          n->items[d]->kind == QSK_Y_SCALAR ? n->items[d]->text : "?");
+        if (qsk_parse_u64(n->items[d]->text, &e) != 0 || e > (uint64_t)L->max_elems ||
+            (e && numel > L->max_elems / (int64_t)e))
             return err_at(L, n->items[d], "impossible shape: more than 2^%d elements%s",
                           L->max_elems == QSK_MAX_INPUT_ELEMS ? 26 : 28,
                           L->max_elems == QSK_MAX_INPUT_ELEMS ? "" : " (tier large)");
@@ -410,6 +459,12 @@ static qs_status load_compare(loader *L, const qsk_ynode *n, qsk_output *o)
             st = number_at(L, v, k->text, &o->p1);
             if (st == QS_OK && (!(o->p1 >= 0) || !isfinite(o->p1)))
                 return err_at(L, v, "'%s' must be a finite number >= 0", k->text);
+            if (st == QS_OK && o->cmp == QSK_CMP_ULP && o->p1 != floor(o->p1))
+                return err_at(L, v, "'ulp' counts whole units in the last place, not '%s'",
+                              v->text);
+            if (st == QS_OK && o->cmp == QSK_CMP_COSINE && o->p1 > 1)
+                return err_at(L, v, "'cosine' is at most 1 (a cosine similarity), not '%s'",
+                              v->text);
             return st;
         }
     if (strcmp(k->text, "allclose") == 0) {
@@ -425,8 +480,12 @@ static qs_status load_compare(loader *L, const qsk_ynode *n, qsk_output *o)
             st = need(L, v, "rtol", &r);
         if (st == QS_OK)
             st = number_at(L, a, "'atol'", &o->p1);
+        if (st == QS_OK && (!(o->p1 >= 0) || !isfinite(o->p1)))
+            return err_at(L, a, "'atol' must be a finite number >= 0");
         if (st == QS_OK)
             st = number_at(L, r, "'rtol'", &o->p2);
+        if (st == QS_OK && (!(o->p2 >= 0) || !isfinite(o->p2)))
+            return err_at(L, r, "'rtol' must be a finite number >= 0");
         return st;
     }
     return err_at(L, k, "unknown comparison '%s'", k->text);
@@ -691,6 +750,22 @@ static qs_status parse_loaded(qs_ctx *ctx, qsk_rule_known_fn known, void *known_
 {
     qs_status st;
     qsk_ynode *root = NULL;
+    const unsigned char *u = (const unsigned char *)f->text;
+    if (f->len >= 2 && ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF)))
+        return qs_ctx_error(ctx, QS_ERR_FORMAT,
+                            "%s:1:1: the file is UTF-16 (it starts with a byte-order mark): a case "
+                            "file is UTF-8 text",
+                            f->path);
+    const char *nul = memchr(f->text, '\0', f->len);
+    if (nul) {
+        int line = 1, col = 1;
+        for (const char *p = f->text; p < nul; p++, col++)
+            if (*p == '\n')
+                line++, col = 0;
+        return qs_ctx_error(ctx, QS_ERR_FORMAT,
+                            "%s:%d:%d: a NUL byte: a case file is UTF-8 text (is it UTF-16?)",
+                            f->path, line, col);
+    }
     st = qsk_yaml_parse(ctx, f->path, f->text, f->len, &root);
     if (st != QS_OK)
         return st;

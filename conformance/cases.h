@@ -113,6 +113,13 @@ qs_status qsk_case_file_parse(qs_ctx *ctx, const char *name, const char *text, s
 void qsk_case_file_free(qsk_case_file *f);
 /* A parameter's text, or NULL when absent. */
 const qsk_param *qsk_case_param(const qsk_case *c, const char *key);
+
+/* Integers in case files, parameters and the CLI have one reading: decimal digits (a
+ * leading zero does not make octal: 010 is ten), or 0x and hexadecimal digits. These
+ * return 0 for a number in range, 1 for text that is not an integer, 2 for an integer
+ * out of the type's range (never clamped). */
+int qsk_parse_u64(const char *s, uint64_t *v);
+int qsk_parse_i64(const char *s, int64_t *v);
 const qsk_input *qsk_case_input(const qsk_case *c, const char *name);
 
 /* A tier's name in case files and on the command line ("default", "large"). */

@@ -66,8 +66,9 @@ static int show_plugin_here(qs_ctx *ctx, const char *path, int list_errors)
            p.table->abi_version);
     print_caps(p.table->caps);
     printf("\n");
+    const char *dev = p.usable && p.table->device ? p.table->device(p.state) : NULL;
     if (p.usable)
-        printf("         usable: %s\n", p.table->device ? p.table->device(p.state) : "yes");
+        printf("         usable: %s\n", dev && dev[0] ? dev : "yes");
     else
         printf("         not usable: %s\n", p.why);
     qsk_plugin_unload(&p);

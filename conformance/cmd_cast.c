@@ -24,7 +24,9 @@ static const qs_format_info *parse_format(const char *name)
     return qs_format_info_get(qs_dtype_from_name(name));
 }
 
-/* A whole string as a double (decimal, C99 hex float, inf, nan); 0 when malformed. */
+/* A whole string as a double (decimal, C99 hex float, inf, nan); 0 when malformed, -1 when
+ * a finite number overflows FP64 to an infinity, -2 when a nonzero number underflows to
+ * zero (strtod's ERANGE): casting inf or 0 in its place would be a quiet wrong answer. */
 static int parse_value(const char *s, double *x)
 {
     char *end;
@@ -32,7 +34,13 @@ static int parse_value(const char *s, double *x)
         return 0;
     errno = 0;
     *x = strtod(s, &end);
-    return end != s && *end == '\0';
+    if (end == s || *end != '\0')
+        return 0;
+    if (errno == ERANGE && isinf(*x))
+        return -1;
+    if (errno == ERANGE && *x == 0)
+        return -2;
+    return 1;
 }
 
 static int parse_u32(const char *s, uint32_t *u)
@@ -122,7 +130,18 @@ static int parse_args(int argc, char **argv, cast_args *a, char *is_value, int *
         if (rc >= 0)
             continue;
         double x;
-        if (!parse_value(argv[i], &x))
+        int pv = parse_value(argv[i], &x);
+        if (pv == -1)
+            return qsk_usage_error("cast",
+                                   "value '%s' overflows FP64 (beyond 1.8e308): write inf for an "
+                                   "infinity",
+                                   argv[i]);
+        if (pv == -2)
+            return qsk_usage_error("cast",
+                                   "value '%s' underflows FP64 to zero (below 4.9e-324): write 0 "
+                                   "for a zero",
+                                   argv[i]);
+        if (pv != 1)
             return qsk_usage_error(
                 "cast", "bad value '%s' (want a decimal, a hex float, inf or nan)", argv[i]);
         is_value[i] = 1;

@@ -100,6 +100,15 @@ qs_status qsk_mustpass_load(qs_ctx *ctx, const char *suite_dir, qsk_mustpass *m)
         return qs_ctx_error(ctx, st, "the suite's must-pass list: %s", why);
     }
     qsk_sha256_hex(text, len, m->sha256);
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        int at = 1;
+        for (const char *p = text; p < nul; p++)
+            at += *p == '\n';
+        free(text);
+        return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d: a NUL byte: the list is plain text",
+                            m->path, at);
+    }
     int line = 1;
     for (const char *p = text; st == QS_OK && p < text + len; line++) {
         const char *eol = memchr(p, '\n', (size_t)(text + len - p));
@@ -142,6 +151,16 @@ qs_status qsk_mustpass_check(qs_ctx *ctx, const qsk_mustpass *m, const qsk_suite
             return qs_ctx_error(ctx, QS_ERR_FORMAT,
                                 "%s:%d: '%s' matches no case of the suite (a stale line)", m->path,
                                 m->lines[g], m->globs[g]);
+    }
+    for (size_t f = 0; f < s->nfiles; f++) { /* every case file has a case on the list */
+        int hit = 0;
+        for (size_t k = 0; k < s->files[f].ncases && !hit; k++)
+            hit = qsk_mustpass_match(m, s->files[f].cases[k].id);
+        if (!hit)
+            return qs_ctx_error(ctx, QS_ERR_FORMAT,
+                                "%s: no case of %s is on the list (add a line for it, or take the "
+                                "file out of the suite)",
+                                m->path, s->files[f].path);
     }
     return QS_OK;
 }

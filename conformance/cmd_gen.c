@@ -26,11 +26,13 @@
 typedef struct gen_args {
     const char *cases;
     const char *id;
-    const char *dir; /* --out (gen) or --results (verify) */
-    int expected;    /* gen --expected */
+    const char *dir;    /* --out (gen) or --results (verify) */
+    int expected;       /* gen --expected */
+    const char *second; /* a second positional argument: the id, or the case file */
 } gen_args;
 
-/* Parses CASE-FILE --id ID DIROPT DIR [--expected]; returns an exit status after a usage
+/* Parses CASE-FILE [--id] ID DIROPT DIR [--expected] (the case file and the id in either
+ * order); returns an exit status after a usage
  * error or help, or -1 to go on. */
 static int parse_args(const qsk_command *cmd, const char *diropt, int argc, char **argv,
                       gen_args *a)
@@ -53,12 +55,23 @@ static int parse_args(const qsk_command *cmd, const char *diropt, int argc, char
             a->expected = 1;
         } else if (s[0] == '-') {
             return qsk_usage_error(cmd->name, "unknown option '%s'", s);
-        } else if (a->cases) {
-            return qsk_usage_error(cmd->name, "takes one case file, got '%s' and '%s'", a->cases,
+        } else if (a->cases && a->second) {
+            return qsk_usage_error(cmd->name, "takes one case file and one case id, got '%s' too",
                                    s);
+        } else if (a->cases) {
+            a->second = s;
         } else {
             a->cases = s;
         }
+    }
+    if (a->second && a->id)
+        return qsk_usage_error(cmd->name, "takes one case file, got '%s' and '%s'", a->cases,
+                               a->second);
+    if (a->second) { /* CASE-FILE and ID in either order, as qspec show takes them */
+        struct stat sb;
+        int first_is_file = stat(a->cases, &sb) == 0;
+        a->id = first_is_file ? a->second : a->cases;
+        a->cases = first_is_file ? a->cases : a->second;
     }
     if (!a->cases)
         return qsk_usage_error(cmd->name, "needs a case file (see 'qspec help %s')", cmd->name);
@@ -417,7 +430,7 @@ static int gen_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_gen = {
     "gen", "write a case's inputs and manifest for an external framework",
-    "usage: qspec gen CASE-FILE --id ID --out DIR [--expected]\n\n"
+    "usage: qspec gen CASE-FILE [--id] ID --out DIR [--expected]\n\n"
     "Writes the inputs of case ID of CASE-FILE (a case file or a folder of them) into the new\n"
     "directory DIR: one INPUT.npy per input, exactly as 'qspec run' generates them, and\n"
     "manifest.json, which names the case, its op, params and rules, each input (file,\n"
@@ -481,6 +494,26 @@ static int check_folder(const gen_args *a, const qsk_case *c)
             rc = qsk_usage_error("verify", "%s/%s: not an output of case %s (its outputs: %s)",
                                  a->dir, e->d_name, c->id, names);
     closedir(d);
+    /* expected/ is gen --expected's: a regular OUTPUT.npy per output, nothing else */
+    char sub[4096];
+    struct stat xb;
+    snprintf(sub, sizeof sub, "%s/expected", a->dir);
+    if (rc == 0 && lstat(sub, &xb) == 0 && !S_ISDIR(xb.st_mode))
+        rc = qsk_usage_error("verify", "%s: not a folder (gen --expected writes a folder)", sub);
+    DIR *x = rc == 0 && lstat(sub, &xb) == 0 ? opendir(sub) : NULL;
+    while (rc == 0 && x && (e = readdir(x)) != NULL) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", sub, e->d_name);
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (!output_file(c, e->d_name))
+            rc = qsk_usage_error("verify", "%s: not an output of case %s (its outputs: %s)", p,
+                                 c->id, names);
+        else if (lstat(p, &xb) != 0 || !S_ISREG(xb.st_mode))
+            rc = qsk_usage_error("verify", "%s: not a regular file", p);
+    }
+    if (x)
+        closedir(x);
     for (size_t i = 0; rc == 0 && i < c->noutputs; i++) {
         char path[4096];
         struct stat sb;
@@ -593,7 +626,7 @@ static int verify_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_verify = {
     "verify", "check an external framework's .npy outputs of a case",
-    "usage: qspec verify CASE-FILE --id ID --results DIR\n\n"
+    "usage: qspec verify CASE-FILE [--id] ID --results DIR\n\n"
     "Compares the outputs of case ID that an external framework wrote into DIR, one\n"
     "OUTPUT.npy per output named in the manifest of 'qspec gen', with the reference's, as\n"
     "'qspec run' compares a plugin's: the reference is checked against the golden digests,\n"

@@ -5,6 +5,7 @@
  * only a complete result is renamed into place, so an error leaves nothing behind. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,11 @@ static int named_hex(const char *line, const char *name, uint32_t *u)
  * file's len differs and --history was not given, re-initialized with the file's len). */
 static qs_status state_read(qs_ctx *ctx, const char *path, qs_quantizer *q, int history_given)
 {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return qs_ctx_error(ctx, QS_ERR_IO,
+                            "state file %s: is %s, not a file (--state names a file)", path,
+                            S_ISDIR(sb.st_mode) ? "a directory" : "a special file");
     FILE *fp = fopen(path, "r");
     if (!fp)
         return qs_ctx_error(ctx, QS_ERR_IO, "state file %s: cannot open: %s", path,
@@ -201,6 +207,14 @@ static qs_status state_read(qs_ctx *ctx, const char *path, qs_quantizer *q, int 
         s = qs_ctx_error(ctx, QS_ERR_FORMAT, "state file %s:%d: unexpected text after the history",
                          path, ln + 1);
     fclose(fp);
+    /* A scale is a finite positive FP32 number [REC-CLI-STATE]: NaN, inf, zero or a negative
+     * value would quantize everything to NaN or zero without a word. */
+    float fsc = qs_f32_from_bits(sc), fsi = qs_f32_from_bits(si);
+    if (s == QS_OK && (!(fsc > 0) || isinf(fsc) || !(fsi > 0) || isinf(fsi)))
+        s = qs_ctx_error(ctx, QS_ERR_FORMAT,
+                         "state file %s: scale %08X or scale_inv %08X is not a finite positive "
+                         "number",
+                         path, (unsigned)sc, (unsigned)si);
     if (s == QS_OK) {
         q->ds.scale = qs_f32_from_bits(sc);
         q->ds.scale_inv = qs_f32_from_bits(si);
@@ -258,8 +272,12 @@ static qs_status out_dir_open(qs_ctx *ctx, out_dir *o, const char *dir)
 {
     memset(o, 0, sizeof *o);
     struct stat st;
-    if (stat(dir, &st) == 0)
-        return qs_ctx_error(ctx, QS_ERR_IO, "output directory %s already exists", dir);
+    if (dir[0] == '\0')
+        return qs_ctx_error(ctx, QS_ERR_IO, "--out: an empty path (give a new directory)");
+    if (lstat(dir, &st) == 0)
+        return qs_ctx_error(ctx, QS_ERR_IO,
+                            "--out %s: already exists, as %s (give a new directory)", dir,
+                            S_ISDIR(st.st_mode) ? "a directory" : "a file");
     size_t n = strlen(dir) + 16;
     o->tmp = malloc(n);
     if (!o->tmp)
@@ -594,6 +612,28 @@ static qs_status read_copy(qs_ctx *ctx, const char *dir, qs_direction d, qs_quan
         read_npy(ctx, dir, d == QS_DIR_ROW ? "row_data.npy" : "col_data.npy", &z->data[d]);
     if (s == QS_OK)
         s = read_npy(ctx, dir, d == QS_DIR_ROW ? "row_scale.npy" : "col_scale.npy", &z->scale[d]);
+    if (s == QS_OK && (z->cfg.kind == QS_RECIPE_DELAYED || z->cfg.kind == QS_RECIPE_CURRENT)) {
+        /* [REC-CLI-FILES] a tensorwise copy's scale is scale_inv.npy's: both must agree */
+        qs_tensor si = {0};
+        s = read_npy(ctx, dir, "scale_inv.npy", &si);
+        int ok = s == QS_OK && si.dtype == QS_FP32 && si.numel == 1 &&
+                 z->scale[d].dtype == QS_FP32 && z->scale[d].numel == 1;
+        if (s == QS_OK && !ok)
+            s = qs_ctx_error(ctx, QS_ERR_SHAPE,
+                             "%s/scale_inv.npy and the copy's scale must be "
+                             "fp32 of one value",
+                             dir);
+        if (s == QS_OK && memcmp(si.data, z->scale[d].data, 4) != 0)
+            s = qs_ctx_error(ctx, QS_ERR_FORMAT,
+                             "%s/scale_inv.npy (%08X) differs from %s_scale.npy (%08X): the "
+                             "directory was changed after 'qspec quantize'",
+                             dir, (unsigned)qs_f32_bits(((const float *)si.data)[0]),
+                             d == QS_DIR_ROW ? "row" : "col",
+                             (unsigned)qs_f32_bits(((const float *)z->scale[d].data)[0]));
+        if (s == QS_OK)
+            z->global_dec[d] = ((const float *)si.data)[0];
+        qs_tensor_free(&si);
+    }
     if (s != QS_OK || z->cfg.kind != QS_RECIPE_NVFP4)
         return s;
     qs_tensor g = {0};

@@ -504,6 +504,18 @@ static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const 
         for (size_t k = 0; k < s->files[i].ncases; k++)
             if (picked(o, cr, &s->files[i].cases[k]))
                 sel[n++] = &s->files[i].cases[k];
+    if (!io_failed && n == 0 && qsk_ranks_self()->rank == 0) {
+        /* A run that ran nothing proves nothing: it is not a pass. */
+        if (s->nerrors == 0)
+            fprintf(stderr, "qspec run: nothing to run: %s\n",
+                    total && o->filter ? "--filter matches no case"
+                    : total            ? "no case was selected"
+                    : s->nfiles        ? "the case files hold no case"
+                                       : "no case file found (case files end in .yaml)");
+        free(rs);
+        free(sel);
+        return QSK_EXIT_USAGE;
+    }
     qsk_worker w;
     memset(&w, 0, sizeof w);
     if (!io_failed && plugin_path) {
@@ -703,6 +715,15 @@ static int run_run(int argc, char **argv)
         if (rc)
             return rc;
     }
+    const char *outs[4][2] = {{"--junit", o.junit},
+                              {"--report-json", o.report_json},
+                              {"--html", o.html},
+                              {"--certify", o.certify}};
+    for (int k = 0; k < 4; k++) {
+        char why[512];
+        if (outs[k][1] && qsk_check_out_path(outs[k][1], k == 3, why, sizeof why) != 0)
+            return qsk_usage_error("run", "%s: %s", outs[k][0], why);
+    }
     if (o.jobs > 1 && (o.update_digests || strcmp(o.backend, "ref") != 0))
         return qsk_usage_error("run", "--jobs runs the reference backend in worker processes: it "
                                       "does not combine with --backend or --update-digests");
@@ -878,8 +899,16 @@ static int show_run(int argc, char **argv)
     }
     if (argc < 1)
         return qsk_usage_error("show", "needs a case id (see 'qspec list')");
-    if (argv[0][0] == '-')
+    if (argc >= 2 && strcmp(argv[0], "--id") == 0) /* qspec show --id ID [CASES...] */
+        argv++, argc--;
+    else if (argv[0][0] == '-')
         return qsk_usage_error("show", "unknown option '%s'", argv[0]);
+    struct stat sb;
+    if (argc == 2 && stat(argv[0], &sb) == 0 && stat(argv[1], &sb) != 0) {
+        char *t = argv[0]; /* CASE-FILE ID, the order of gen and verify */
+        argv[0] = argv[1];
+        argv[1] = t;
+    }
     qs_ctx *ctx = qs_ctx_new();
     qsk_suite s;
     int rc = load_for("show", ctx, argc - 1, argv + 1, &s);
@@ -899,7 +928,7 @@ static int show_run(int argc, char **argv)
 
 const qsk_command qsk_cmd_show = {
     "show", "show one case: its file, op, rules, inputs and outputs",
-    "usage: qspec show CASE-ID [CASES...]\n\n"
+    "usage: qspec show [--id] CASE-ID [CASES...]   (or: qspec show CASE-FILE CASE-ID)\n\n"
     "Prints the case with that id: where it is defined, its op and parameters, the spec\n"
     "rules it covers, a summary of its inputs (dtype, shape, generator, injected values)\n"
     "and its outputs (comparison and golden digest).\n",

@@ -7,6 +7,7 @@
 
 #include "buildtree.h"
 #include "cli.h"
+#include "fileio.h"
 #include "qspec/qspec.h"
 
 /* Appended to a line at a time; kept out of clang-format so that an addition does not
@@ -102,7 +103,7 @@ const qsk_command qsk_cmd_version = {
     "usage: qspec version\n\nPrints the qspec version and the backend plugin ABI version.\n",
     version_run};
 
-int main(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
     if (argc < 2) {
         print_overview(stderr);
@@ -131,4 +132,12 @@ int main(int argc, char **argv)
                     "plugins of %s\n",
                     qsk_build_tree(), qsk_build_tree_cases(), qsk_build_tree_plugins());
     return c->run(argc - 2, argv + 2);
+}
+
+/* A command's output that did not reach stdout (a full disk, a closed pipe) is bad output:
+ * exit 2 with the reason, whatever the command returned. */
+int main(int argc, char **argv)
+{
+    int rc = run_command(argc, argv);
+    return qsk_stdout_close() != 0 ? QSK_EXIT_USAGE : rc;
 }

@@ -54,6 +54,99 @@ static qs_status shape_error(qs_ctx *ctx, const qsk_case *c, const char *what)
                         c->pos.col, what);
 }
 
+/* ------------------------------------------------------------------ shapes of every input */
+
+/* Writes shape[0..nd) as "[a, b, c]". */
+static void shape_text(char *buf, size_t cap, int nd, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < nd && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+}
+
+/* The input name, when the case has it, must have exactly the shape want[0..nd) that the
+ * other inputs imply (what says which): a mis-shaped input would be read out of bounds. */
+static qs_status attn_input_is(qs_ctx *ctx, const qsk_case *c, const char *name, int nd,
+                               const int64_t *want, const char *what)
+{
+    const qsk_input *in = qsk_case_input(c, name);
+    if (!in)
+        return QS_OK;
+    int same = in->ndim == nd;
+    for (int d = 0; same && d < nd; d++)
+        same = in->shape[d] == want[d];
+    if (same)
+        return QS_OK;
+    char got[160], exp[160];
+    shape_text(got, sizeof got, in->ndim, in->shape);
+    shape_text(exp, sizeof exp, nd, want);
+    return qs_ctx_error(ctx, QS_ERR_FORMAT,
+                        "%s:%d:%d: impossible shape: '%s' is %s, expected %s (%s)", c->file,
+                        in->pos.line, in->pos.col, name, got, exp, what);
+}
+
+/* The inputs of an sdpa case against its parameters [CASE-OP-SDPA]: k and v carry the key
+ * tokens of q's batch, dout is o's shape. */
+static qs_status sdpa_shapes_check(qs_ctx *ctx, const qsk_case *c, const qs_sdpa_params *p)
+{
+    const qsk_input *q = qsk_case_input(c, "q");
+    if (p->h < 1 || p->hkv < 1 || p->d < 1 || p->dv < 1) /* [ATTN-SHAPES] */
+        return shape_error(ctx, c, "the heads h, hkv and the head dims d, dv are at least 1");
+    int64_t kshape[4], vshape[4], oshape[4];
+    int nd = q->ndim;
+    memcpy(oshape, q->shape, sizeof oshape);
+    oshape[nd - 1] = p->dv;
+    if (p->layout == QS_ATTN_THD) {
+        int64_t k3[3] = {p->sk, p->hkv, p->d}, v3[3] = {p->sk, p->hkv, p->dv};
+        memcpy(kshape, k3, sizeof k3);
+        memcpy(vshape, v3, sizeof v3);
+    } else {
+        int sd = p->layout == QS_ATTN_SBHD ? 0 : 1;
+        kshape[sd] = vshape[sd] = p->sk;
+        kshape[1 - sd] = vshape[1 - sd] = p->b;
+        kshape[2] = vshape[2] = p->hkv;
+        kshape[3] = p->d;
+        vshape[3] = p->dv;
+    }
+    qs_status st = attn_input_is(ctx, c, "k", nd, kshape, "the key tokens, hkv and d");
+    if (st == QS_OK)
+        st = attn_input_is(ctx, c, "v", nd, vshape, "k's tokens and heads, and dv");
+    if (st == QS_OK)
+        st = attn_input_is(ctx, c, "dout", nd, oshape, "the shape of o");
+    return st;
+}
+
+/* The inputs of a gdn case against its parameters [CASE-OP-GDN], as attn_params.h lays them
+ * out: q, k [b, t, h, dk]; v, dout [b, t, hv, dv]; g, beta [b, t, hv]; h0 [b, hv, dk, dv];
+ * with seqlens the arrays drop b. g, beta and h0 hold FP32 values of any input dtype. */
+static qs_status gdn_shapes_check(qs_ctx *ctx, const qsk_case *c, const qs_gdn_params *p)
+{
+    static const char *const names[] = {"q", "k", "v", "g", "beta", "h0", "dout"};
+    const char *const why[] = {
+        "b, t, h and dk",      "q's shape",        "q's b and t, hv and dv", "q's b and t, and hv",
+        "q's b and t, and hv", "b, hv, dk and dv", "the shape of o"};
+    if (p->hv < 1 || p->dk < 1 || p->dv < 1) /* [GDN-SHAPES] */
+        return shape_error(ctx, c, "the heads h, hv and the head dims dk, dv are at least 1");
+    int o = p->cu_seqlens ? 1 : 0; /* varlen arrays drop b */
+    int64_t qk[4] = {p->b, p->t, p->h, p->dk}, vo[4] = {p->b, p->t, p->hv, p->dv};
+    int64_t gb[3] = {p->b, p->t, p->hv}, h0[4] = {p->b, p->hv, p->dk, p->dv};
+    const int64_t *want[] = {qk + o, qk + o, vo + o, gb + o, gb + o, h0, vo + o};
+    const int nd[] = {4 - o, 4 - o, 4 - o, 3 - o, 3 - o, 4, 4 - o};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const qsk_input *in = qsk_case_input(c, names[i]);
+        if (in && in->dtype != QS_FP32 && in->dtype != QS_BF16 && in->dtype != QS_FP16)
+            return qs_ctx_error(
+                ctx, QS_ERR_FORMAT, "%s:%d:%d: gdn input '%s' must be fp32, bf16 or fp16, not %s",
+                c->file, in->pos.line, in->pos.col, names[i], qs_dtype_name(in->dtype));
+        qs_status st = attn_input_is(ctx, c, names[i], nd[i], want[i], why[i]);
+        if (st != QS_OK)
+            return st;
+    }
+    return QS_OK;
+}
+
 /* ------------------------------------------------------------------ sdpa */
 
 #define QSK_MAX_SEQS 64
@@ -116,7 +209,7 @@ static qs_status sdpa_params_get(qs_ctx *ctx, const qsk_case *c, sdpa_case *s)
         if (k->shape[bd] != s->p.b || v->shape[bd] != s->p.b || v->shape[sd] != s->p.sk)
             return shape_error(ctx, c, "q, k and v disagree on the batch or key length");
     }
-    return QS_OK;
+    return sdpa_shapes_check(ctx, c, &s->p);
 }
 
 static qs_status sdpa_check(qs_ctx *ctx, const qsk_case *c)
@@ -243,7 +336,10 @@ static qs_status gdn_params_get(qs_ctx *ctx, const qsk_case *c, gdn_case *s)
     }
     if (s->p.h == 0 || s->p.hv % s->p.h || k->dtype != q->dtype || v->dtype != q->dtype)
         return shape_error(ctx, c, "hv must be a multiple of h; q, k, v share one dtype");
-    return QS_OK;
+    const qsk_input *dout = qsk_case_input(c, "dout");
+    if (dout && dout->dtype != q->dtype)
+        return shape_error(ctx, c, "dout has the dtype of q, k and v");
+    return gdn_shapes_check(ctx, c, &s->p);
 }
 
 static qs_status gdn_check(qs_ctx *ctx, const qsk_case *c)

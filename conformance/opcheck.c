@@ -47,13 +47,12 @@ qs_status qsk_param_u64(qs_ctx *ctx, const qsk_case *c, const char *key, uint64_
     *v = def;
     if (!p)
         return QS_OK;
-    char *end = NULL;
-    int bad = p->value[0] == '-' || p->value[0] == '\0';
-    if (!bad) {
-        *v = strtoull(p->value, &end, 0);
-        bad = *end != '\0';
-    }
-    if (bad)
+    int r = qsk_parse_u64(p->value, v);
+    if (r == 2)
+        return qs_ctx_error(ctx, QS_ERR_FORMAT,
+                            "%s:%d:%d: %s '%s' is out of range (at most 2^64 - 1)", c->file,
+                            p->pos.line, p->pos.col, key, p->value);
+    if (r != 0)
         return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: %s '%s' is not a non-negative integer",
                             c->file, p->pos.line, p->pos.col, key, p->value);
     return QS_OK;

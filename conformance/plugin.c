@@ -130,6 +130,14 @@ qs_status qsk_plugin_load(qs_ctx *ctx, const char *path, qsk_plugin *p)
         qsk_plugin_unload(p);
         return st;
     }
+    if (strcmp(t->name, "ref") == 0 || t->name[0] == '\0') {
+        qs_status st = qs_ctx_error(ctx, QS_ERR_ABI,
+                                    "backend %s: calls itself '%s': a backend needs a name of its "
+                                    "own ('ref' is the reference)",
+                                    path, t->name);
+        qsk_plugin_unload(p);
+        return st;
+    }
     qs_backend *copy = calloc(1, sizeof *copy);
     if (!copy) {
         qsk_plugin_unload(p);

@@ -135,9 +135,8 @@ static qs_status int_at(ploader *L, const qsk_ynode *n, const char *what, int64_
     qs_status st = want(L, n, QSK_Y_SCALAR, what);
     if (st != QS_OK)
         return st;
-    char *end;
-    long long x = strtoll(n->text, &end, 0);
-    if (end == n->text || *end != '\0' || x < lo || x > hi)
+    int64_t x;
+    if (qsk_parse_i64(n->text, &x) != 0 || x < lo || x > hi)
         return PERR(L, n, "%s must be an integer from %lld to %lld, not '%s'", what, (long long)lo,
                     (long long)hi, n->text);
     *v = (int64_t)x;
@@ -149,13 +148,11 @@ static qs_status u64_at(ploader *L, const qsk_ynode *n, const char *what, uint64
     qs_status st = want(L, n, QSK_Y_SCALAR, what);
     if (st != QS_OK)
         return st;
-    char *end;
-    if (n->text[0] == '-' || n->text[0] == '\0')
+    int r = qsk_parse_u64(n->text, v);
+    if (r == 2)
+        return PERR(L, n, "%s: '%s' is out of range (at most 2^64 - 1)", what, n->text);
+    if (r != 0)
         return PERR(L, n, "%s: '%s' is not a non-negative integer", what, n->text);
-    unsigned long long x = strtoull(n->text, &end, 0);
-    if (*end != '\0')
-        return PERR(L, n, "%s: '%s' is not a non-negative integer", what, n->text);
-    *v = (uint64_t)x;
     return QS_OK;
 }
 
@@ -991,7 +988,7 @@ static qs_status load_trace_rec(ploader *L, const qsk_ynode *m, qskp_trace_exp *
         st = choice_at(L, pr, "precision", precs, &v);
     t->precision = (qs_precision)v;
     const qsk_ynode *r = qsk_yaml_get(m, "recipe");
-    if (st == QS_OK && r && strcmp(r->text, "null") != 0) {
+    if (st == QS_OK && r && !(r->kind == QSK_Y_SCALAR && strcmp(r->text, "null") == 0)) {
         st = choice_at(L, r, "recipe", kinds, &v);
         t->has_recipe = 1;
         t->recipe = (qs_recipe_kind)v;
@@ -1414,6 +1411,7 @@ typedef struct walk {
     qs_dtype dtype;
     int64_t rows, dim;
     int has_backward;
+    int depth; /* scoping regions open (autocast, calibrate, island) */
 } walk;
 
 static const char *recipe_name(const qskp_node *s)
@@ -1517,6 +1515,16 @@ static qs_status walk_body(ploader *L, const qskp_variant *v, const qskp_node *r
         }
         walk inner = *w;
         qs_status st = QS_OK;
+        if (s->kind == QSKP_AUTOCAST || s->kind == QSKP_CALIBRATE || s->kind == QSKP_ISLAND)
+            inner.depth++;
+        /* [SCOPE-ENTER] a context nests at most QS_SCOPE_MAX_DEPTH regions: more is a load
+         * error unless the variant checks the engine's rejection */
+        if (inner.depth > QS_SCOPE_MAX_DEPTH && !expects(v, QS_ERR_STATE))
+            return perr_at(L, s->pos,
+                           "more than %d nested regions in variant '%s': a context nests at "
+                           "most %d [SCOPE-ENTER]; check the rejection with 'expect_error: "
+                           "QS_ERR_STATE'",
+                           QS_SCOPE_MAX_DEPTH, v->name, QS_SCOPE_MAX_DEPTH);
         switch (s->kind) {
         case QSKP_AUTOCAST:
         case QSKP_CALIBRATE:
@@ -1656,7 +1664,7 @@ static qs_status check_variant(ploader *L, const qskp_variant *v)
     if ((x->dtype != QS_BF16 && x->dtype != QS_FP16) || x->ndim != 2 || x->shape[0] < 1 ||
         x->shape[1] < 1)
         return perr_at(L, x->pos, "the program input '%s' must be a 2-D bf16 or fp16 input", v->x);
-    walk w = {0, 0, 0, "none", QS_DTYPE_INVALID, x->dtype, x->shape[0], x->shape[1], 0};
+    walk w = {0, 0, 0, "none", QS_DTYPE_INVALID, x->dtype, x->shape[0], x->shape[1], 0, 0};
     qs_status st = check_ranks(L, v, x);
     if (st == QS_OK)
         st = walk_body(L, v, &L->p->root, &w);

@@ -103,7 +103,8 @@ static int gather(const char *path, pathlist *l, int top)
         free(p);
     }
     closedir(d);
-    qsort(sub.p, sub.n, sizeof *sub.p, cmp_str);
+    if (sub.n > 0) /* an empty folder has no array to sort */
+        qsort(sub.p, sub.n, sizeof *sub.p, cmp_str);
     for (size_t i = 0; i < sub.n; i++) {
         if (r == 0)
             r = gather(sub.p[i], l, 0);

@@ -31,10 +31,13 @@ void qsk_yaml_free(qsk_ynode *n)
 
 static int node_push(qsk_ynode *parent, qsk_ynode *child)
 {
-    qsk_ynode **grown = realloc(parent->items, (parent->n + 1) * sizeof *grown);
-    if (!grown)
-        return -1;
-    parent->items = grown;
+    size_t n = parent->n;
+    if ((n & (n - 1)) == 0) { /* n is 0 or a power of two: double the array (linear total) */
+        qsk_ynode **grown = realloc(parent->items, (n ? 2 * n : 1) * sizeof *grown);
+        if (!grown)
+            return -1;
+        parent->items = grown;
+    }
     parent->items[parent->n++] = child;
     return 0;
 }
@@ -53,7 +56,53 @@ typedef struct builder {
     qs_ctx *ctx;
     const char *path;
     yaml_parser_t parser;
+    int depth; /* sequences and mappings open around the node being built */
 } builder;
+
+/* A key set of one mapping, open addressing over indices into items (0 = empty slot), so
+ * the duplicate-key check stays linear in the number of keys. */
+typedef struct keyset {
+    size_t *slot;
+    size_t cap, used;
+} keyset;
+
+static size_t key_hash(const char *s)
+{
+    size_t h = 1469598103934665603u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+/* Finds key among the keys of map; returns its slot, empty (0) when absent. */
+static size_t *keyset_find(const keyset *ks, const qsk_ynode *map, const char *key)
+{
+    size_t i = key_hash(key) & (ks->cap - 1);
+    while (ks->slot[i] && strcmp(map->items[ks->slot[i] - 1]->text, key) != 0)
+        i = (i + 1) & (ks->cap - 1);
+    return &ks->slot[i];
+}
+
+/* Records item k (a key of map); -1 when out of memory. */
+static int keyset_add(keyset *ks, const qsk_ynode *map, size_t k)
+{
+    if (2 * (ks->used + 1) > ks->cap) {
+        keyset bigger = {calloc(ks->cap ? 2 * ks->cap : 16, sizeof(size_t)),
+                         ks->cap ? 2 * ks->cap : 16, 0};
+        if (!bigger.slot)
+            return -1;
+        for (size_t i = 0; i < ks->cap; i++)
+            if (ks->slot[i]) {
+                *keyset_find(&bigger, map, map->items[ks->slot[i] - 1]->text) = ks->slot[i];
+                bigger.used++;
+            }
+        free(ks->slot);
+        *ks = bigger;
+    }
+    *keyset_find(ks, map, map->items[k]->text) = k + 1;
+    ks->used++;
+    return 0;
+}
 
 static qs_status fail_at(builder *b, yaml_mark_t m, const char *what)
 {
@@ -78,37 +127,46 @@ static qs_status build_node(builder *b, yaml_event_t *ev, qsk_ynode **out);
 
 static qs_status build_children(builder *b, qsk_ynode *parent, yaml_event_type_t end)
 {
+    keyset ks = {NULL, 0, 0};
+    qs_status st = QS_OK;
     for (;;) {
         yaml_event_t ev;
-        qs_status st = next_event(b, &ev);
+        st = next_event(b, &ev);
         if (st != QS_OK)
-            return st;
+            break;
         if (ev.type == end) {
             yaml_event_delete(&ev);
-            return QS_OK;
+            break;
         }
         if (parent->kind == QSK_Y_MAP && parent->n % 2 == 0 && ev.type != YAML_SCALAR_EVENT) {
             st = fail_at(b, ev.start_mark, "a mapping key must be a plain scalar");
             yaml_event_delete(&ev);
-            return st;
+            break;
         }
         qsk_ynode *child = NULL;
         st = build_node(b, &ev, &child);
         yaml_event_delete(&ev);
         if (st != QS_OK)
-            return st;
-        if (parent->kind == QSK_Y_MAP && parent->n % 2 == 0 && qsk_yaml_get(parent, child->text)) {
+            break;
+        int is_key = parent->kind == QSK_Y_MAP && parent->n % 2 == 0;
+        if (is_key && ks.cap && *keyset_find(&ks, parent, child->text)) {
             char msg[300];
             snprintf(msg, sizeof msg, "duplicate key '%.200s'", child->text);
             yaml_mark_t m = {0, (size_t)child->line - 1, (size_t)child->col - 1};
             qsk_yaml_free(child);
-            return fail_at(b, m, msg);
+            st = fail_at(b, m, msg);
+            break;
         }
-        if (node_push(parent, child) != 0) {
+        int pushed = node_push(parent, child) == 0;
+        if (!pushed)
             qsk_yaml_free(child);
-            return qs_ctx_error(b->ctx, QS_ERR_NOMEM, "%s: out of memory", b->path);
+        if (!pushed || (is_key && keyset_add(&ks, parent, parent->n - 1) != 0)) {
+            st = qs_ctx_error(b->ctx, QS_ERR_NOMEM, "%s: out of memory", b->path);
+            break;
         }
     }
+    free(ks.slot);
+    return st;
 }
 
 static qs_status build_node(builder *b, yaml_event_t *ev, qsk_ynode **out)
@@ -141,10 +199,19 @@ static qs_status build_node(builder *b, yaml_event_t *ev, qsk_ynode **out)
         int seq = ev->type == YAML_SEQUENCE_START_EVENT;
         if ((seq ? ev->data.sequence_start.anchor : ev->data.mapping_start.anchor))
             return fail_at(b, ev->start_mark, "anchors are not allowed in case files");
+        if (b->depth >= QSK_YAML_MAX_DEPTH) {
+            char msg[120];
+            snprintf(msg, sizeof msg,
+                     "nesting deeper than %d sequences and mappings: not a case file",
+                     QSK_YAML_MAX_DEPTH);
+            return fail_at(b, ev->start_mark, msg);
+        }
         qsk_ynode *n = node_new(seq ? QSK_Y_SEQ : QSK_Y_MAP, ev->start_mark);
         if (!n)
             return qs_ctx_error(b->ctx, QS_ERR_NOMEM, "%s: out of memory", b->path);
+        b->depth++;
         qs_status st = build_children(b, n, seq ? YAML_SEQUENCE_END_EVENT : YAML_MAPPING_END_EVENT);
+        b->depth--;
         if (st != QS_OK) {
             qsk_yaml_free(n);
             return st;
@@ -173,7 +240,7 @@ qs_status qsk_yaml_parse(qs_ctx *ctx, const char *path, const char *text, size_t
                          qsk_ynode **root)
 {
     *root = NULL;
-    builder b = {ctx, path, {0}};
+    builder b = {ctx, path, {0}, 0};
     if (!yaml_parser_initialize(&b.parser))
         return qs_ctx_error(ctx, QS_ERR_NOMEM, "%s: cannot start the YAML parser", path);
     yaml_parser_set_input_string(&b.parser, (const unsigned char *)text, len);

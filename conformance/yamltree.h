@@ -21,6 +21,10 @@ typedef struct qsk_ynode {
     size_t n;                 /* item count (a mapping has n/2 pairs) */
 } qsk_ynode;
 
+/* The deepest nesting of sequences and mappings a document may have (a JSON file read with
+ * this parser, too): deeper input is a load error, never a deep recursion. */
+#define QSK_YAML_MAX_DEPTH 256
+
 /* Parses the text of file (named path in messages); on error the message is
  * "path:line:col: reason". */
 qs_status qsk_yaml_parse(qs_ctx *ctx, const char *path, const char *text, size_t len,

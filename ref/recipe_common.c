@@ -2,6 +2,7 @@
  * code access, the quantizer object, dispatch to the per-recipe files, the logical and
  * padded layouts, and dequantization. The configuration is in ref/recipe_config.c; the
  * per-recipe arithmetic in ref/recipe_{delayed,current,mxfp8,block,nvfp4}.c. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,9 +137,14 @@ qs_status qsi_input_load(qs_ctx *ctx, const qs_tensor *x, qsi_input *in)
     if (x->dtype != QS_FP32 && x->dtype != QS_BF16 && x->dtype != QS_FP16)
         return qs_ctx_error(ctx, QS_ERR_DTYPE, "quantize: x has dtype %s, expected fp32|bf16|fp16",
                             qs_dtype_name(x->dtype) ? qs_dtype_name(x->dtype) : "invalid");
-    if (x->ndim != 2 || x->shape[0] < 1 || x->shape[1] < 1)
+    if (x->ndim != 2 || x->shape[0] < 1 || x->shape[1] < 1) {
+        char shape[200] = "[";
+        for (int d = 0; d < x->ndim && d < QS_MAX_DIMS; d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? ", " : "",
+                     (long long)x->shape[d]);
         return qs_ctx_error(ctx, QS_ERR_SHAPE,
-                            "quantize: x must be 2-D with both extents >= 1, got %d dims", x->ndim);
+                            "quantize: x must be 2-D with both extents >= 1, got shape %s]", shape);
+    }
     in->dtype = x->dtype;
     in->m = x->shape[0];
     in->k = x->shape[1];

@@ -738,6 +738,33 @@ START_TEST(test_gated_rmsnorm_value_and_backward)
 END_TEST
 
 /* [GDN-SHAPES] [GDN-SCALE] [GDN-CHUNK]: bad arguments are reported, naming them. */
+/* No token (t = 0): nothing of q, k, v, g, beta is read (zero-byte buffers, which ASan
+ * checks), the final state is h0 exactly, chunked or not, and the backward passes dht
+ * through to dh0. */
+START_TEST(test_no_token_reads_nothing_and_keeps_the_state)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_gdn_params p = dense(1, 0, 1, 2, 2, 3);
+    float *none = malloc(1), h0[12], ht[12], dht[12], dh0[12], dg[1], db[1];
+    for (int i = 0; i < 12; i++) {
+        h0[i] = (float)(i + 1) * 0.25f;
+        dht[i] = (float)(12 - i);
+    }
+    ck_assert_int_eq(qs_gdn_fwd_chunked(ctx, &p, 4, none, none, none, none, none, h0, none, ht),
+                     QS_OK);
+    ck_assert_mem_eq(ht, h0, sizeof h0);
+    memset(ht, 0, sizeof ht);
+    ck_assert_int_eq(qs_gdn_fwd(ctx, &p, none, none, none, none, none, h0, none, ht), QS_OK);
+    ck_assert_mem_eq(ht, h0, sizeof h0);
+    ck_assert_int_eq(qs_gdn_bwd(ctx, &p, none, none, none, none, none, h0, none, dht, none, none,
+                                none, dg, db, dh0),
+                     QS_OK);
+    ck_assert_mem_eq(dh0, dht, sizeof dht);
+    free(none);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_bad_arguments_are_rejected_with_a_message)
 {
     qs_ctx *ctx = qs_ctx_new();
@@ -791,6 +818,7 @@ static Suite *gdn_suite(void)
     tcase_add_test(tc, test_conv_backward_matches_central_differences);
     tcase_add_test(tc, test_gated_rmsnorm_value_and_backward);
     tcase_add_test(tc, test_bad_arguments_are_rejected_with_a_message);
+    tcase_add_test(tc, test_no_token_reads_nothing_and_keeps_the_state);
     suite_add_tcase(s, tc);
     return s;
 }
