@@ -13,7 +13,8 @@
 #include "qc_device.cuh"
 #include "qspec/recipe.h"
 
-namespace {
+namespace
+{
 
 long g_bad = 0;
 
@@ -94,7 +95,7 @@ void check_mx_block(qs_ctx *ctx, qs_quantizer *q, float a, int e5, int ocp)
     if (want != e)
         report(ocp ? "mx scale ocp" : "mx scale te", qc::bits_of(a), want, e);
     for (int i = 0; i < 3; i++) {
-        float p = qc::mul_rn(v[i], qc::mx_multiplier(e));
+        float p = qc::mul_rn(v[i], ocp ? qc::mx_multiplier(e) : qc::mx_multiplier_te(e));
         uint32_t got = ocp ? (e5 ? qc::enc_ocp<1>(p) : qc::enc_ocp<0>(p))
                            : (e5 ? qc::enc_sat<1>(p) : qc::enc_sat<0>(p));
         uint32_t w = static_cast<const uint8_t *>(z.data[QS_DIR_ROW].data)[i];

@@ -15,7 +15,8 @@
 
 #include "qc_kernels.h"
 
-namespace qc {
+namespace qc
+{
 
 /* Bit casts and the correctly rounded FP32 division, the same on host and device. */
 __host__ __device__ __forceinline__ uint32_t bits_of(float v)
@@ -93,7 +94,8 @@ template <int E5> __host__ __device__ __forceinline__ uint8_t enc_sat(float v)
         return 0x7F;
     if (a == 0x7F800000u)
         return static_cast<uint8_t>(((b >> 24) & 0x80u) | (E5 ? 0x7Bu : 0x7Eu));
-    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, E5 ? __NV_E5M2 : __NV_E4M3));
+    return static_cast<uint8_t>(
+        __nv_cvt_float_to_fp8(v, __NV_SATFINITE, E5 ? __NV_E5M2 : __NV_E4M3));
 }
 
 /* [REC-MX-ELEM-OCP]: finite values as enc_sat; Inf and NaN unclamped (nosat): NaN -> 0x7F,
@@ -164,6 +166,7 @@ template <int E5> __host__ __device__ __forceinline__ uint32_t scale_ocp(float a
 }
 
 /* [REC-MX-MULT]: 2^(127-e) as TE builds it: 2^-127 for e = 254, NaN for e = 255. */
+/* [REC-MX-MULT-OCP]: the exact 2^(127-e): 2^127 for e = 0, 2^-127 for 254, NaN for 255. */
 __host__ __device__ __forceinline__ float mx_multiplier(uint32_t e)
 {
     if (e == 255)
@@ -173,16 +176,45 @@ __host__ __device__ __forceinline__ float mx_multiplier(uint32_t e)
     return from_bits((254u - e) << 23);
 }
 
+/* [REC-MX-MULT]: TE's exp2f_rcp: 1 for e = 0, else the bits (254 - e) << 23 as a 32-bit
+ * pattern, so 254 gives +0 and 255 gives -Inf (0xFF800000). */
+__host__ __device__ __forceinline__ float mx_multiplier_te(uint32_t e)
+{
+    if (e == 0)
+        return 1.0f;
+    return from_bits(static_cast<uint32_t>(254 - static_cast<int32_t>(e)) << 23);
+}
 
-/* The MXFP8 rule table [REC-VARIANTS]: scale and element encoder per rule (0 te, 1 ocp). */
+/* The MXFP8 rule table [REC-VARIANTS]: scale, multiplier and element encoder per rule
+ * (0 te, 1 ocp). */
 template <int RULE, int E5> struct mx_rule;
 template <int E5> struct mx_rule<0, E5> {
-    static __host__ __device__ uint32_t scale(float a) { return scale_te<E5>(a); }
-    static __host__ __device__ uint8_t enc(float v) { return enc_sat<E5>(v); }
+    static __host__ __device__ uint32_t scale(float a)
+    {
+        return scale_te<E5>(a);
+    }
+    static __host__ __device__ float mult(uint32_t e)
+    {
+        return mx_multiplier_te(e);
+    }
+    static __host__ __device__ uint8_t enc(float v)
+    {
+        return enc_sat<E5>(v);
+    }
 };
 template <int E5> struct mx_rule<1, E5> {
-    static __host__ __device__ uint32_t scale(float a) { return scale_ocp<E5>(a); }
-    static __host__ __device__ uint8_t enc(float v) { return enc_ocp<E5>(v); }
+    static __host__ __device__ uint32_t scale(float a)
+    {
+        return scale_ocp<E5>(a);
+    }
+    static __host__ __device__ float mult(uint32_t e)
+    {
+        return mx_multiplier(e);
+    }
+    static __host__ __device__ uint8_t enc(float v)
+    {
+        return enc_ocp<E5>(v);
+    }
 };
 
 /* Elements e0 .. e0+7 of the input as FP32, in one or two 16-byte loads: e0 is a multiple

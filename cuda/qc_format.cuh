@@ -18,8 +18,10 @@
 
 #include "qspec/format.h"
 
-namespace qc {
-namespace fmt {
+namespace qc
+{
+namespace fmt
+{
 
 __host__ __device__ __forceinline__ uint32_t bits(float v)
 {
@@ -211,8 +213,8 @@ __host__ __device__ __forceinline__ uint32_t special(desc f, action a, bool neg)
         return (f.nan_kind != 0 ? f.nan_code : f.max_code) | s;
     case TO_NAN_CANON:
         return f.nan_kind != 0 ? f.nan_code : f.max_code;
-    default: /* TO_NAN_SIGNED */
-        return f.nan_kind != 0 ? quiet_nan(f) | s : s;
+    default: /* TO_NAN_SIGNED; no NaN: the zero of the opposite sign, as ml_dtypes 0.7.0 */
+        return f.nan_kind != 0 ? quiet_nan(f) | s : (neg ? 0u : sign_bit(f));
     }
 }
 

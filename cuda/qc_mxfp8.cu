@@ -4,17 +4,18 @@
  * scale rules, te and ocp, are the two rows of the rule table below [REC-VARIANTS]. */
 #include "qc_tile.cuh"
 
-namespace qc {
-namespace {
+namespace qc
+{
+namespace
+{
 
 /* One block of 32 held one value per lane (absent lanes hold 0): its E8M0 code and the
  * lane's element code. */
-template <int RULE, int E5>
-__device__ __forceinline__ uint8_t mx_block(float v, uint32_t *e_out)
+template <int RULE, int E5> __device__ __forceinline__ uint8_t mx_block(float v, uint32_t *e_out)
 {
     uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(warp_max(abs_bits(v))));
     *e_out = e;
-    return mx_rule<RULE, E5>::enc(__fmul_rn(v, mx_multiplier(e)));
+    return mx_rule<RULE, E5>::enc(__fmul_rn(v, mx_rule<RULE, E5>::mult(e)));
 }
 
 template <int DT, int E5, int RULE>

@@ -263,17 +263,17 @@ template <> struct variant<1> {
             return 0x08u;
         return enc_sat<0>(clamp_torch(div_rn(div_rn(b, 6.0f), g.dec), 0.015625f, 448.0f));
     }
-    /* The divisor pts * d. */
+    /* torchao 0.18.0's reciprocal_scale = (1 / pts) / d. */
     static __host__ __device__ float factor(uint32_t code, const global &g)
     {
-        return mul_rn(g.dec, dec_e4m3(code));
+        return div_rn(div_rn(1.0f, g.dec), dec_e4m3(code));
     }
-    /* clamp(x / (pts * d), -6, 6); 0 when pts is 0. */
-    static __host__ __device__ float value(float x, float den, const global &g)
+    /* clamp(x * reciprocal_scale, -6, 6); 0 when pts is 0. */
+    static __host__ __device__ float value(float x, float rs, const global &g)
     {
         if (g.dec == 0.0f)
             return 0.0f;
-        return clamp_torch(div_rn(x, den), -6.0f, 6.0f);
+        return clamp_torch(mul_rn(x, rs), -6.0f, 6.0f);
     }
 };
 

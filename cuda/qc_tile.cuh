@@ -17,7 +17,8 @@
 
 #include "qc_dispatch.cuh"
 
-namespace qc {
+namespace qc
+{
 
 /* How a kernel scales: tensorwise (one scale), MXFP8 (1x32 / 32x1 E8M0), block 1x128
  * (1x128 of x and of its transpose) and block 128x128 (one scale per tile). */
@@ -27,10 +28,10 @@ struct fast_args {
     qc_copy row, col;
     int rule; /* mxfp8: 0 te, 1 ocp */
     qc_block_params bp;
-    float tw_scale_given;     /* tensorwise: the scale when amax_in is NULL (delayed) */
-    qc_tw_params tw;          /* tensorwise: eps, pow2 for the scale from *amax_in */
-    const uint32_t *amax_in;  /* tensorwise current scaling: the tensor amax bits */
-    uint32_t *amax_out;       /* tensorwise delayed scaling: the amax seen (atomic max) */
+    float tw_scale_given;    /* tensorwise: the scale when amax_in is NULL (delayed) */
+    qc_tw_params tw;         /* tensorwise: eps, pow2 for the scale from *amax_in */
+    const uint32_t *amax_in; /* tensorwise current scaling: the tensor amax bits */
+    uint32_t *amax_out;      /* tensorwise delayed scaling: the amax seen (atomic max) */
 };
 
 /* The tensorwise scale of a request [REC-CS-SCALE]. */
@@ -43,8 +44,8 @@ __device__ __forceinline__ float fast_tw_scale(const fast_args &a, int e5)
 }
 
 /* [REC-BLK-SCALE]: the block scale and its inverse. */
-__device__ __forceinline__ float fast_blk_scale(const qc_block_params &p, int e5, uint32_t amax_bits,
-                                                float *sinv)
+__device__ __forceinline__ float fast_blk_scale(const qc_block_params &p, int e5,
+                                                uint32_t amax_bits, float *sinv)
 {
     float s = scale_from_amax(__uint_as_float(amax_bits), e5 ? 57344.0f : 448.0f, p.eps, p.pow2,
                               p.value_for_inf);
@@ -137,7 +138,8 @@ template <int KIND, int RULE, int E5> __device__ __forceinline__ uint2 enc8(cons
 }
 
 /* enc8 of v[j] * mult and of v[j] * mult[j]. */
-template <int KIND, int RULE, int E5> __device__ __forceinline__ uint2 enc8_scaled(const float v[8], float mult)
+template <int KIND, int RULE, int E5>
+__device__ __forceinline__ uint2 enc8_scaled(const float v[8], float mult)
 {
     float p[8];
 #pragma unroll
@@ -179,8 +181,8 @@ __global__ void __launch_bounds__(256) rows_vec(qc_input in, fast_args a)
     float seen = 0.0f;
     /* Warp-uniform trip count: a group of G lanes is all in range or all out (nchunk and the
      * warp's step are multiples of G). */
-    for (int64_t base = static_cast<int64_t>(blockIdx.x) * 512 + (threadIdx.x / 32) * 64; base < nchunk;
-         base += stride) {
+    for (int64_t base = static_cast<int64_t>(blockIdx.x) * 512 + (threadIdx.x / 32) * 64;
+         base < nchunk; base += stride) {
         float v[2][8];
 #pragma unroll
         for (int u = 0; u < 2; u++) {
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(256) rows_vec(qc_input in, fast_args a)
             float mult = s;
             if (KIND == K_MX) {
                 uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(group_max<G>(fbits(am))));
-                mult = mx_multiplier(e);
+                mult = mx_rule<RULE, E5>::mult(e);
                 if (live && lane % G == 0) /* row m, block k/32: m*(K/32) + k/32 = ch/4 */
                     static_cast<uint8_t *>(a.row.scale)[ch / 4] = static_cast<uint8_t>(e);
             } else if (KIND == K_B1) {
@@ -241,9 +243,9 @@ struct tile_smem {
 
 /* The transposed copy of tile128 from the codes of the thread's rows: codes[k][r/4]
  * holds rows r..r+3 of column k; then 128 bytes a warp per output row. */
-__device__ __forceinline__ void tile128_transposed(const fast_args &a, const uint2 (&rc)[2][4], tile_smem &sm,
-                                                   int c, int g, int w, int lane, int64_t M, int64_t m0,
-                                                   int64_t k0)
+__device__ __forceinline__ void tile128_transposed(const fast_args &a, const uint2 (&rc)[2][4],
+                                                   tile_smem &sm, int c, int g, int w, int lane,
+                                                   int64_t M, int64_t m0, int64_t k0)
 {
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -260,13 +262,15 @@ __device__ __forceinline__ void tile128_transposed(const fast_args &a, const uin
  * multiples of 128. The columnwise copy is transposed ([K, M]) except for MXFP8 ([M, K]).
  * Either copy may be absent (NULL data). */
 template <int DT, int E5, int KIND, int RULE>
-__global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2) tile128(qc_input in, fast_args a)
+__global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2)
+    tile128(qc_input in, fast_args a)
 {
     __shared__ tile_smem sm;
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     const int c = lane % 16, g = 2 * w + lane / 16;
     const int64_t M = in.rows, K = in.cols;
-    const int64_t m0 = static_cast<int64_t>(blockIdx.y) * 128, k0 = static_cast<int64_t>(blockIdx.x) * 128;
+    const int64_t m0 = static_cast<int64_t>(blockIdx.y) * 128,
+                  k0 = static_cast<int64_t>(blockIdx.x) * 128;
     const int64_t kc = k0 + c * 8; /* this thread's first column */
 
     float v[2][4][8];
@@ -320,8 +324,8 @@ __global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2) t
             }
         float sinv, smine = fast_blk_scale(a.bp, E5, mine, &sinv);
         if (a.row.data && c < 8)
-            static_cast<float *>(a.row.scale)[(m0 + (c / 4) * 64 + g * 4 + c % 4) * (K / 128) + blockIdx.x] =
-                sinv;
+            static_cast<float *>(
+                a.row.scale)[(m0 + (c / 4) * 64 + g * 4 + c % 4) * (K / 128) + blockIdx.x] = sinv;
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -339,10 +343,12 @@ __global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2) t
                 int64_t m = m0 + h * 64 + g * 4 + i;
                 float mult = s1;
                 if (KIND == K_MX) {
-                    uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(group_max<4>(fbits(ram[h][i]))));
-                    mult = mx_multiplier(e);
+                    uint32_t e =
+                        mx_rule<RULE, E5>::scale(__uint_as_float(group_max<4>(fbits(ram[h][i]))));
+                    mult = mx_rule<RULE, E5>::mult(e);
                     if (a.row.data && c % 4 == 0)
-                        static_cast<uint8_t *>(a.row.scale)[m * (K / 32) + kc / 32] = static_cast<uint8_t>(e);
+                        static_cast<uint8_t *>(a.row.scale)[m * (K / 32) + kc / 32] =
+                            static_cast<uint8_t>(e);
                 } else if (KIND == K_B1) {
                     mult = bs[h][i];
                 }
@@ -374,8 +380,9 @@ __global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2) t
                 for (int gg = 0; gg < 8; gg++)
                     am = max(am, sm.part[b / 2][(b % 2) * 8 + gg][k]);
                 uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(am));
-                sm.cmul[b][k] = mx_multiplier(e);
-                static_cast<uint8_t *>(a.col.scale)[(m0 / 32 + b) * K + k0 + k] = static_cast<uint8_t>(e);
+                sm.cmul[b][k] = mx_rule<RULE, E5>::mult(e);
+                static_cast<uint8_t *>(a.col.scale)[(m0 / 32 + b) * K + k0 + k] =
+                    static_cast<uint8_t>(e);
             }
         } else if (threadIdx.x < 128) {
             int k = threadIdx.x;
@@ -398,7 +405,8 @@ __global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2) t
             for (int i = 0; i < 4; i++) {
                 uint2 cw = enc8_scaled<KIND, RULE, E5>(v[h][i], mult);
                 if (KIND == K_MX) /* columnwise MXFP8 keeps the [M, K] layout */
-                    *reinterpret_cast<uint2 *>(a.col.data + (m0 + h * 64 + g * 4 + i) * K + kc) = cw;
+                    *reinterpret_cast<uint2 *>(a.col.data + (m0 + h * 64 + g * 4 + i) * K + kc) =
+                        cw;
                 else
                     rc[h][i] = cw;
             }
@@ -412,7 +420,8 @@ __global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2) t
  * multiples of 128. */
 inline bool fast_rows_ok(const qc_input &in, int64_t kmult)
 {
-    return !qc_force_generic && aligned16(in.x) && in.cols % kmult == 0 && (in.rows * in.cols) % 8 == 0;
+    return !qc_force_generic && aligned16(in.x) && in.cols % kmult == 0 &&
+           (in.rows * in.cols) % 8 == 0;
 }
 inline bool fast_tile_ok(const qc_input &in)
 {
@@ -420,7 +429,8 @@ inline bool fast_tile_ok(const qc_input &in)
 }
 
 /* Launches rows_vec with a grid of a few waves (the walk is grid-stride). */
-template <int DT, int E5, int KIND, int RULE> cudaError_t launch_rows(const qc_input &in, const fast_args &a)
+template <int DT, int E5, int KIND, int RULE>
+cudaError_t launch_rows(const qc_input &in, const fast_args &a)
 {
     int64_t nchunk = in.rows * in.cols / 8;
     unsigned grid = blocks_for(nchunk, 512);
@@ -432,7 +442,8 @@ template <int DT, int E5, int KIND, int RULE> cudaError_t launch_rows(const qc_i
     return cudaGetLastError();
 }
 
-template <int DT, int E5, int KIND, int RULE> cudaError_t launch_tile(const qc_input &in, const fast_args &a)
+template <int DT, int E5, int KIND, int RULE>
+cudaError_t launch_tile(const qc_input &in, const fast_args &a)
 {
     dim3 grid(static_cast<unsigned>(in.cols / 128), static_cast<unsigned>(in.rows / 128));
     if (grid.x == 0 || grid.y == 0)
