@@ -640,7 +640,17 @@ static int certify_check_opts(const run_opts *o, int npaths)
 
 static int run_run(int argc, char **argv)
 {
-    run_opts o = {"ref", NULL, NULL, NULL, NULL, NULL, 0, 0, 1, 1, QSK_DEFAULT_TIMEOUT,
+    run_opts o = {"ref",
+                  NULL,
+                  NULL,
+                  NULL,
+                  NULL,
+                  NULL,
+                  0,
+                  0,
+                  1,
+                  1,
+                  QSK_DEFAULT_TIMEOUT,
                   1 << QSK_TIER_DEFAULT};
     int i = 0, tier_given = 0;
     for (; i < argc; i++) {
