@@ -76,6 +76,7 @@ typedef struct vrun {
     int refused;
     char refused_why[QSKR_MSG];
     qs_gemm_claim claim; /* the weakest gemm claim of the variant's runs */
+    int attn_tol;        /* an sdpa or gdn slot of its runs claimed only a tolerance */
 } vrun;
 
 static void vrun_free(vrun *r)
@@ -340,6 +341,8 @@ static int engine_run(vrun *r, checker *ck, qs_status *es, char *msg, size_t cap
     }
     if (r->pl && qs_ctx_gemm_claim(r->ctx) > r->claim)
         r->claim = qs_ctx_gemm_claim(r->ctx);
+    if (r->pl && qs_ctx_attn_claim(r->ctx) != QS_ATTN_CLAIM_REFERENCE)
+        r->attn_tol = 1;
     qs_scope_get(r->ctx, &s1);
     int bad = 0;
     if (!qs_scope_state_equal(&s0, &s1)) {
@@ -1254,7 +1257,8 @@ static qs_status program_check(qs_ctx *ctx, const qsk_case *c)
  * comparisons, and moves the case's outputs into out. On a plugin, *claim gets the weakest
  * gemm claim of all runs; a slot's refusal makes the case QS_ERR_UNSUPPORTED. */
 static qs_status run_program(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
-                             const qsk_plugin *pl, qsk_results *out, qs_gemm_claim *claim)
+                             const qsk_plugin *pl, qsk_results *out, qs_gemm_claim *claim,
+                             int *attn_tol)
 {
     const qskp_program *p = c->program;
     vrun *runs = calloc(p->nvariants, sizeof *runs);
@@ -1285,6 +1289,8 @@ static qs_status run_program(qs_ctx *ctx, const qsk_case *c, const qs_tensor *in
                               runs[i].refused_why);
         if (claim && runs[i].claim > *claim)
             *claim = runs[i].claim;
+        if (attn_tol && runs[i].attn_tol)
+            *attn_tol = 1;
     }
     for (size_t i = 0; ck.count == 0 && st == QS_OK && i < c->noutputs; i++) {
         const char *name;
@@ -1311,7 +1317,7 @@ static qs_status run_program(qs_ctx *ctx, const qsk_case *c, const qs_tensor *in
 static qs_status program_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
                              qsk_results *out)
 {
-    return run_program(ctx, c, inputs, NULL, out, NULL);
+    return run_program(ctx, c, inputs, NULL, out, NULL, NULL);
 }
 
 /* [CASE-PROG-BACKEND] [CASE-KERNEL-TABLE] [CASE-BACKEND-UNSUPPORTED]: the slots and
@@ -1364,17 +1370,6 @@ static void missing_slot(const qs_backend *t, const qskp_node *s, char *why, siz
         else
             missing_slot(t, b, why, cap);
     }
-}
-
-/* Whether the program runs sdpa or gdn kernels: tolerance-class ops, never claimed bit
- * for bit against the reference [CASE-PLUGIN-REF]. */
-static int uses_attention(const qskp_node *s)
-{
-    for (size_t i = 0; i < s->nbody; i++)
-        if (s->body[i].kind == QSKP_MLA || s->body[i].kind == QSKP_GDN ||
-            uses_attention(&s->body[i]))
-            return 1;
-    return 0;
 }
 
 /* [CASE-PLUGIN-TOL] The normwise relative error of x against e, or -1 when it cannot be
@@ -1446,11 +1441,12 @@ static qs_status program_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_ca
     }
     qs_gemm_claim claim = QS_GEMM_CLAIM_MODEL;
     qsk_results mine = {0};
-    qs_status st = run_program(ctx, c, inputs, pl, &mine, &claim);
-    int tol = st == QS_OK && (claim != QS_GEMM_CLAIM_MODEL || uses_attention(&p->root));
+    int attn_tol = 0;
+    qs_status st = run_program(ctx, c, inputs, pl, &mine, &claim, &attn_tol);
+    int tol = st == QS_OK && (claim != QS_GEMM_CLAIM_MODEL || attn_tol);
     qsk_results ref = {0};
     if (tol)
-        st = run_program(ctx, c, inputs, NULL, &ref, NULL);
+        st = run_program(ctx, c, inputs, NULL, &ref, NULL, NULL);
     if (st == QS_OK && tol)
         st = tolerance_check(ctx, c, &ref, &mine);
     qsk_results_free(&ref);
