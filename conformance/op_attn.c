@@ -10,6 +10,7 @@
 #include "ops.h"
 #include "qspec/attention.h"
 #include "qspec/format.h"
+#include "qspec/mathf.h"
 
 /* An FP32 copy of t's values (t may be FP32, BF16 or FP16). */
 static qs_status as_f32(qs_ctx *ctx, const qs_tensor *t, qs_tensor *f)
@@ -234,12 +235,74 @@ static qs_status add_out(qs_ctx *ctx, qsk_results *out, const char *name, qs_ten
     return qsk_results_add(ctx, out, name, t);
 }
 
-static qs_status sdpa_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs, qsk_results *out)
+/* [CASE-BACKEND-UNSUPPORTED] Whether the plugin has the capability and both slots a case
+ * needs (a table built before the slots were appended has them NULL). */
+static int has_slots(const qsk_plugin *pl, uint64_t cap, int fwd_ok, int bwd_ok, int bwd)
+{
+    return (pl->table->caps & cap) && fwd_ok && (!bwd || bwd_ok);
+}
+
+/* A slot's answer as the kit reports it: a refusal is "not supported" with the slot's
+ * reason; an unknown claim is an ABI error. */
+static qs_status slot_answer(qs_ctx *ctx, const qsk_plugin *pl, qs_status st, const char *slot,
+                             char *why, size_t len, qs_attn_claim claim)
+{
+    why[len - 1] = '\0';
+    const char *sep = why[0] ? ": " : "";
+    if (st == QS_ERR_UNSUPPORTED)
+        return qs_ctx_error(ctx, st, "%s: %s%s", slot, sep[0] ? "" : "refused", why);
+    if (st != QS_OK)
+        return qs_ctx_error(ctx, st, "backend %s: %s failed: %s%s%s", pl->table->name, slot,
+                            qs_status_str(st), sep, why);
+    if ((unsigned)claim >= QS_ATTN_CLAIM_COUNT)
+        return qs_ctx_error(ctx, QS_ERR_ABI, "backend %s: %s returned an unknown claim %d",
+                            pl->table->name, slot, (int)claim);
+    return QS_OK;
+}
+
+/* Calls the plugin's sdpa slot (bwd: sdpa_bwd) on s's request. */
+static qs_status sdpa_slot(qs_ctx *ctx, const qsk_plugin *pl, const sdpa_case *s, int bwd,
+                           qs_tensor *f, qs_tensor *o, qs_tensor *lse, qs_tensor *g)
+{
+    char why[256] = "";
+    qs_sdpa_args a;
+    memset(&a, 0, sizeof a);
+    a.p = s->p;
+    a.p.scale = qs_sdpa_scale(&s->p); /* [ATTN-SCALE]: the kit resolves it */
+    a.q = f[0].data, a.k = f[1].data, a.v = f[2].data, a.o = o->data;
+    a.why = why, a.why_len = sizeof why;
+    a.claim = QS_ATTN_CLAIM_TOLERANCE;
+    qs_status st;
+    if (!bwd) {
+        a.lse = lse->data;
+        st = pl->table->sdpa_fwd(pl->state, &a);
+    } else {
+        a.dout = f[3].data;
+        a.dq = g[0].data, a.dk = g[1].data, a.dv = g[2].data;
+        st = pl->table->sdpa_bwd(pl->state, &a);
+    }
+    return slot_answer(ctx, pl, st, bwd ? "sdpa_bwd" : "sdpa_fwd", why, sizeof why, a.claim);
+}
+
+/* The case's outputs from the reference (pl NULL) or from the plugin's slots. */
+static qs_status sdpa_exec(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
+                           const qs_tensor *inputs, qsk_results *out)
 {
     sdpa_case s;
     qs_status st = sdpa_params_get(ctx, c, &s);
     if (st != QS_OK)
         return st;
+    if (pl) {
+        const qs_backend *t = pl->table;
+        int bwd = qsk_case_input(c, "dout") != NULL;
+        if (!has_slots(pl, QS_CAP_SDPA,
+                       QS_BACKEND_HAS_SLOT(t->struct_size, sdpa_fwd) && t->sdpa_fwd,
+                       QS_BACKEND_HAS_SLOT(t->struct_size, sdpa_bwd) && t->sdpa_bwd, bwd)) {
+            qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "no %s (QS_CAP_SDPA)",
+                         bwd ? "sdpa_fwd and sdpa_bwd slots" : "sdpa_fwd slot");
+            return QS_ERR_UNSUPPORTED;
+        }
+    }
     const char *names[4] = {"q", "k", "v", "dout"};
     qs_tensor f[4];
     memset(f, 0, sizeof f);
@@ -258,13 +321,15 @@ static qs_status sdpa_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *input
     if (st == QS_OK)
         st = qs_tensor_alloc(ctx, &lse, QS_FP32, f[0].ndim - 1, f[0].shape);
     if (st == QS_OK)
-        st = qs_sdpa_fwd(ctx, &s.p, f[0].data, f[1].data, f[2].data, o.data, lse.data);
+        st = pl ? sdpa_slot(ctx, pl, &s, 0, f, &o, &lse, g)
+                : qs_sdpa_fwd(ctx, &s.p, f[0].data, f[1].data, f[2].data, o.data, lse.data);
     if (st == QS_OK && nin == 4) {
         for (int i = 0; i < 3 && st == QS_OK; i++)
             st = qs_tensor_alloc(ctx, &g[i], QS_FP32, f[i].ndim, f[i].shape);
         if (st == QS_OK)
-            st = qs_sdpa_bwd(ctx, &s.p, f[0].data, f[1].data, f[2].data, o.data, f[3].data,
-                             g[0].data, g[1].data, g[2].data);
+            st = pl ? sdpa_slot(ctx, pl, &s, 1, f, &o, &lse, g)
+                    : qs_sdpa_bwd(ctx, &s.p, f[0].data, f[1].data, f[2].data, o.data, f[3].data,
+                                  g[0].data, g[1].data, g[2].data);
     }
     if (st == QS_OK)
         st = add_out(ctx, out, "o", &o);
@@ -280,6 +345,19 @@ static qs_status sdpa_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *input
     qs_tensor_free(&o);
     qs_tensor_free(&lse);
     return st;
+}
+
+static qs_status sdpa_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs, qsk_results *out)
+{
+    return sdpa_exec(ctx, NULL, c, inputs, out);
+}
+
+/* [CASE-OP-SDPA] [CASE-PLUGIN-REF]: the case through sdpa_fwd (and sdpa_bwd when it gives
+ * dout), compared with the reference's outputs as the case states. */
+static qs_status sdpa_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
+                              const qs_tensor *inputs, qsk_results *out)
+{
+    return sdpa_exec(ctx, pl, c, inputs, out);
 }
 
 /* ------------------------------------------------------------------ gdn */
@@ -374,12 +452,65 @@ static qs_status gdn_check(qs_ctx *ctx, const qsk_case *c)
     return st;
 }
 
-static qs_status gdn_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs, qsk_results *out)
+/* [GDN-SCALE]: the kit resolves the default scale. */
+static float gdn_scale(const qs_gdn_params *p)
+{
+    return p->scale != 0.0f ? p->scale : qs_rsqrtf((float)p->dk);
+}
+
+/* Calls the plugin's gdn_fwd (chunk is the case's; the slot chooses its own evaluation). */
+static qs_status gdn_slot_fwd(qs_ctx *ctx, const qsk_plugin *pl, const gdn_case *s, qs_tensor *f,
+                              qs_tensor *o, qs_tensor *ht)
+{
+    char why[256] = "";
+    qs_gdn_args a;
+    memset(&a, 0, sizeof a);
+    a.p = s->p;
+    a.p.scale = gdn_scale(&s->p);
+    a.q = f[0].data, a.k = f[1].data, a.v = f[2].data, a.g = f[3].data, a.beta = f[4].data;
+    a.h0 = f[5].data, a.o = o->data, a.ht = ht->data;
+    a.why = why, a.why_len = sizeof why;
+    a.claim = QS_ATTN_CLAIM_TOLERANCE;
+    qs_status st = pl->table->gdn_fwd(pl->state, &a);
+    return slot_answer(ctx, pl, st, "gdn_fwd", why, sizeof why, a.claim);
+}
+
+static qs_status gdn_slot_bwd(qs_ctx *ctx, const qsk_plugin *pl, const gdn_case *s, qs_tensor *f,
+                              qs_tensor *g)
+{
+    char why[256] = "";
+    qs_gdn_args a;
+    memset(&a, 0, sizeof a);
+    a.p = s->p;
+    a.p.scale = gdn_scale(&s->p);
+    a.q = f[0].data, a.k = f[1].data, a.v = f[2].data, a.g = f[3].data, a.beta = f[4].data;
+    a.h0 = f[5].data, a.dout = f[6].data;
+    a.dq = g[0].data, a.dk = g[1].data, a.dv = g[2].data, a.dg = g[3].data;
+    a.dbeta = g[4].data, a.dh0 = g[5].data;
+    a.why = why, a.why_len = sizeof why;
+    a.claim = QS_ATTN_CLAIM_TOLERANCE;
+    qs_status st = pl->table->gdn_bwd(pl->state, &a);
+    return slot_answer(ctx, pl, st, "gdn_bwd", why, sizeof why, a.claim);
+}
+
+/* The case's outputs from the reference (pl NULL) or from the plugin's slots. */
+static qs_status gdn_exec(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
+                          const qs_tensor *inputs, qsk_results *out)
 {
     gdn_case s;
     qs_status st = gdn_params_get(ctx, c, &s);
     if (st != QS_OK)
         return st;
+    if (pl) {
+        const qs_backend *t = pl->table;
+        int bwd = qsk_case_input(c, "dout") != NULL;
+        if (!has_slots(pl, QS_CAP_GDN, QS_BACKEND_HAS_SLOT(t->struct_size, gdn_fwd) && t->gdn_fwd,
+                       QS_BACKEND_HAS_SLOT(t->struct_size, gdn_bwd) && t->gdn_bwd, bwd)) {
+            qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "no %s (QS_CAP_GDN)",
+                         bwd ? "gdn_fwd and gdn_bwd slots" : "gdn_fwd slot");
+            return QS_ERR_UNSUPPORTED;
+        }
+    }
     const char *names[7] = {"q", "k", "v", "g", "beta", "h0", "dout"};
     qs_tensor f[7];
     memset(f, 0, sizeof f);
@@ -397,7 +528,9 @@ static qs_status gdn_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs
         st = qs_tensor_alloc(ctx, &o, QS_FP32, f[2].ndim, f[2].shape);
     if (st == QS_OK)
         st = qs_tensor_alloc(ctx, &ht, QS_FP32, 4, sshape);
-    if (st == QS_OK)
+    if (st == QS_OK && pl)
+        st = gdn_slot_fwd(ctx, pl, &s, f, &o, &ht);
+    else if (st == QS_OK)
         st = s.chunk ? qs_gdn_fwd_chunked(ctx, &s.p, s.chunk, f[0].data, f[1].data, f[2].data,
                                           f[3].data, f[4].data, f[5].data, o.data, ht.data)
                      : qs_gdn_fwd(ctx, &s.p, f[0].data, f[1].data, f[2].data, f[3].data, f[4].data,
@@ -407,7 +540,9 @@ static qs_status gdn_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs
     for (int i = 0; bwd && i < 6 && st == QS_OK; i++)
         st = src[i] >= 0 ? qs_tensor_alloc(ctx, &g[i], QS_FP32, f[src[i]].ndim, f[src[i]].shape)
                          : qs_tensor_alloc(ctx, &g[i], QS_FP32, 4, sshape);
-    if (st == QS_OK && bwd)
+    if (st == QS_OK && bwd && pl)
+        st = gdn_slot_bwd(ctx, pl, &s, f, g);
+    else if (st == QS_OK && bwd)
         st = qs_gdn_bwd(ctx, &s.p, f[0].data, f[1].data, f[2].data, f[3].data, f[4].data, f[5].data,
                         f[6].data, NULL, g[0].data, g[1].data, g[2].data, g[3].data, g[4].data,
                         g[5].data);
@@ -427,7 +562,20 @@ static qs_status gdn_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs
     return st;
 }
 
+static qs_status gdn_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs, qsk_results *out)
+{
+    return gdn_exec(ctx, NULL, c, inputs, out);
+}
+
+/* [CASE-OP-GDN] [CASE-PLUGIN-REF]: the case through gdn_fwd (and gdn_bwd when it gives
+ * dout), compared with the reference's outputs as the case states. */
+static qs_status gdn_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
+                             const qs_tensor *inputs, qsk_results *out)
+{
+    return gdn_exec(ctx, pl, c, inputs, out);
+}
+
 const qsk_op qsk_op_sdpa = {"sdpa", "softmax attention (spec/attention.md)", sdpa_check, sdpa_ref,
-                            qsk_op_no_backend_slot};
+                            sdpa_backend};
 const qsk_op qsk_op_gdn = {"gdn", "Gated DeltaNet (spec/attention.md)", gdn_check, gdn_ref,
-                           qsk_op_no_backend_slot};
+                           gdn_backend};

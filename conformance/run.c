@@ -155,6 +155,8 @@ void qsk_compare_outputs(const qsk_case *c, const qsk_results *ref, const qsk_re
             qsk_result_fail(r, "output=%s: the backend produced no such output", o->name);
             continue;
         }
+        if (got->checked[x - got->t]) /* compared by the op [CASE-PLUGIN-TOL] */
+            continue;
         char bname[QSK_NAME_LEN + 8];
         snprintf(bname, sizeof bname, "%s.bound", o->name);
         qsk_cmp_result cr;

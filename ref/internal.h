@@ -42,6 +42,7 @@ struct qs_ctx {
     qs_backend kern;
     void *kern_state;
     qs_gemm_claim kern_claim; /* the weakest claim since the last reset */
+    int kern_attn_tol;        /* an sdpa or gdn slot claimed a tolerance since then */
 };
 
 /* Counts one internal step; QS_ERR_INJECTED (message naming where) at the injected one. */

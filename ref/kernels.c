@@ -285,6 +285,7 @@ qs_status qs_ctx_set_backend(qs_ctx *ctx, const qs_backend *table, void *state)
         memset(&ctx->kern, 0, sizeof ctx->kern);
         ctx->kern_state = NULL;
         ctx->kern_claim = QS_GEMM_CLAIM_MODEL;
+        ctx->kern_attn_tol = 0;
         return QS_OK;
     }
     if (table->abi_version != QS_BACKEND_ABI_VERSION || table->struct_size < QS_BACKEND_V1_MIN_SIZE)
@@ -298,6 +299,7 @@ qs_status qs_ctx_set_backend(qs_ctx *ctx, const qs_backend *table, void *state)
     ctx->kern_state = state;
     ctx->kern_set = 1;
     ctx->kern_claim = QS_GEMM_CLAIM_MODEL;
+    ctx->kern_attn_tol = 0;
     return QS_OK;
 }
 
@@ -313,8 +315,15 @@ qs_gemm_claim qs_ctx_gemm_claim(const qs_ctx *ctx)
 
 void qs_ctx_gemm_claim_reset(qs_ctx *ctx)
 {
-    if (ctx)
+    if (ctx) {
         ctx->kern_claim = QS_GEMM_CLAIM_MODEL;
+        ctx->kern_attn_tol = 0;
+    }
+}
+
+qs_attn_claim qs_ctx_attn_claim(const qs_ctx *ctx)
+{
+    return ctx && ctx->kern_attn_tol ? QS_ATTN_CLAIM_TOLERANCE : QS_ATTN_CLAIM_REFERENCE;
 }
 
 /* The state a slot of the context's table is handed: the context for the reference's. */
@@ -477,6 +486,19 @@ qs_status qsi_k_gemm(qs_ctx *ctx, const qs_gemm_coded_operand *a, const qs_gemm_
     return s;
 }
 
+/* [CASE-PLUGIN-REF] Records an sdpa or gdn slot's claim; an unknown one is an ABI error. */
+static qs_status attn_claim_note(qs_ctx *ctx, qs_status s, const char *slot, qs_attn_claim claim)
+{
+    if (s != QS_OK || !ctx)
+        return s;
+    if ((unsigned)claim >= QS_ATTN_CLAIM_COUNT)
+        return qs_ctx_error(ctx, QS_ERR_ABI, "backend %s: %s returned an unknown claim %d",
+                            qs_ctx_backend(ctx)->name, slot, (int)claim);
+    if (claim != QS_ATTN_CLAIM_REFERENCE)
+        ctx->kern_attn_tol = 1;
+    return QS_OK;
+}
+
 static qs_status sdpa_ready(qs_ctx *ctx, const qs_backend *t, int bwd)
 {
     if (!(bwd ? QS_BACKEND_HAS_SLOT(t->struct_size, sdpa_bwd) && t->sdpa_bwd
@@ -501,7 +523,8 @@ qs_status qsi_k_sdpa_fwd(qs_ctx *ctx, const qs_sdpa_params *p, const float *q, c
     a.p.scale = qs_sdpa_scale(p); /* [ATTN-SCALE]: the kit resolves it */
     a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
     a.why = why, a.why_len = sizeof why;
-    return slot_status(ctx, t->sdpa_fwd(state_of(ctx), &a), "sdpa_fwd", why, sizeof why);
+    s = slot_status(ctx, t->sdpa_fwd(state_of(ctx), &a), "sdpa_fwd", why, sizeof why);
+    return attn_claim_note(ctx, s, "sdpa_fwd", a.claim);
 }
 
 qs_status qsi_k_sdpa_bwd(qs_ctx *ctx, const qs_sdpa_params *p, const float *q, const float *k,
@@ -521,7 +544,8 @@ qs_status qsi_k_sdpa_bwd(qs_ctx *ctx, const qs_sdpa_params *p, const float *q, c
     /* read only in backward */ a.dout = dout;
     a.dq = dq, a.dk = dk, a.dv = dv;
     a.why = why, a.why_len = sizeof why;
-    return slot_status(ctx, t->sdpa_bwd(state_of(ctx), &a), "sdpa_bwd", why, sizeof why);
+    s = slot_status(ctx, t->sdpa_bwd(state_of(ctx), &a), "sdpa_bwd", why, sizeof why);
+    return attn_claim_note(ctx, s, "sdpa_bwd", a.claim);
 }
 
 static qs_status gdn_ready(qs_ctx *ctx, const qs_backend *t, int bwd)
@@ -555,7 +579,8 @@ qs_status qsi_k_gdn_fwd(qs_ctx *ctx, const qs_gdn_params *p, const float *q, con
     a.p.scale = gdn_scale(p);
     a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta, a.h0 = h0, a.o = o, a.ht = ht;
     a.why = why, a.why_len = sizeof why;
-    return slot_status(ctx, t->gdn_fwd(state_of(ctx), &a), "gdn_fwd", why, sizeof why);
+    s = slot_status(ctx, t->gdn_fwd(state_of(ctx), &a), "gdn_fwd", why, sizeof why);
+    return attn_claim_note(ctx, s, "gdn_fwd", a.claim);
 }
 
 qs_status qsi_k_gdn_bwd(qs_ctx *ctx, const qs_gdn_params *p, const float *q, const float *k,
@@ -576,5 +601,6 @@ qs_status qsi_k_gdn_bwd(qs_ctx *ctx, const qs_gdn_params *p, const float *q, con
     a.dout = dout, a.dht = dht;
     a.dq = dq, a.dk = dk, a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dh0 = dh0;
     a.why = why, a.why_len = sizeof why;
-    return slot_status(ctx, t->gdn_bwd(state_of(ctx), &a), "gdn_bwd", why, sizeof why);
+    s = slot_status(ctx, t->gdn_bwd(state_of(ctx), &a), "gdn_bwd", why, sizeof why);
+    return attn_claim_note(ctx, s, "gdn_bwd", a.claim);
 }

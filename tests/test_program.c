@@ -1098,6 +1098,181 @@ START_TEST(test_program_runs_on_a_plugins_slots_and_self_consistency_catches_dri
 }
 END_TEST
 
+/* A plugin of the reference's slots whose gemm claims FP32 accumulation and perturbs its
+ * outputs: rel 0 moves one BF16 output in 16 by one ulp (another summation order's flips);
+ * otherwise every FP32 or BF16 element is scaled by (1 + rel) (rel 1%: a wrong result). */
+typedef struct tol_plugin {
+    qs_ctx *ref;
+    float rel;
+} tol_plugin;
+
+static qs_status tol_gemm(void *state, qs_gemm_args *a)
+{
+    tol_plugin *t = state;
+    qs_status s = qs_ctx_backend(NULL)->gemm(t->ref, a);
+    for (size_t i = 0; s == QS_OK && i < a->y->numel; i++) {
+        if (a->y->dtype == QS_FP32) {
+            float *y = a->y->data;
+            y[i] *= 1.0f + t->rel;
+        } else if (a->y->dtype == QS_BF16) {
+            uint16_t *y = a->y->data;
+            y[i] = t->rel == 0.0f ? (uint16_t)(y[i] + (i % 16 == 0)) /* one step, 1 in 16 */
+                                  : qs_f32_to_bf16(qs_bf16_to_f32(y[i]) * (1.0f + t->rel));
+        }
+    }
+    a->claim = QS_GEMM_CLAIM_FP32;
+    return s;
+}
+
+static qs_status tol_slot_quantize(void *state, const qs_quantize_args *a)
+{
+    return qs_ctx_backend(NULL)->quantize(((tol_plugin *)state)->ref, a);
+}
+
+/* [CASE-PLUGIN-TOL] [CASE-PLUGIN-REF] on a plugin whose GEMMs claim only FP32
+ * accumulation, the program's y is compared with the reference's within 2^-7 normwise:
+ * outputs with a few codes one ulp off pass (and are marked compared), outputs 1% off fail, naming
+ * the output and the rule. */
+START_TEST(test_program_outputs_on_an_fp32_claim_meet_the_default_tolerance)
+{
+    const char *prog = "      - autocast:\n"
+                       "          recipe: current\n"
+                       "          body:\n"
+                       "            - linear: {name: lin1, w: w1}\n"
+                       "            - linear: {name: lin2, w: w2}\n"
+                       "      - backward: {dy: dy}\n";
+    char *text = case_text(prog, "", y_output);
+    qs_ctx *ctx = qs_ctx_new();
+    qsk_case_file f;
+    ck_assert_msg(load(ctx, text, &f) == QS_OK, "%s", qs_ctx_errmsg(ctx));
+    const qsk_case *c = &f.cases[0];
+    qs_tensor in[16];
+    memset(in, 0, sizeof in);
+    for (size_t i = 0; i < c->ninputs; i++)
+        ck_assert_int_eq(qsk_input_generate(ctx, &c->inputs[i], &in[i]), QS_OK);
+    qsk_results ref;
+    memset(&ref, 0, sizeof ref);
+    ck_assert_int_eq(qsk_op_find("program")->run_ref(ctx, c, in, &ref), QS_OK);
+    tol_plugin t = {qs_ctx_new(), 0.0f};
+    qs_backend table = *qs_ctx_backend(NULL);
+    table.name = "tol";
+    table.gemm = tol_gemm;
+    table.quantize = tol_slot_quantize;
+    qsk_plugin pl;
+    memset(&pl, 0, sizeof pl);
+    pl.table = &table;
+    pl.state = &t;
+    pl.usable = 1;
+    const float rels[2] = {0.0f, 0.01f};
+    for (int k = 0; k < 2; k++) {
+        t.rel = rels[k];
+        qsk_results got;
+        memset(&got, 0, sizeof got);
+        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &got);
+        if (k == 0) {
+            ck_assert_msg(st == QS_OK, "%s", qs_ctx_errmsg(ctx));
+            ck_assert_uint_eq(got.n, 1);
+            ck_assert_str_eq(got.names[0], "y");
+            ck_assert_int_eq(got.checked[0], 1);
+            ck_assert_uint_eq(got.t[0].nbytes, ref.t[0].nbytes); /* the perturbation shows */
+            ck_assert_int_ne(memcmp(got.t[0].data, ref.t[0].data, ref.t[0].nbytes), 0);
+        } else {
+            ck_assert_int_eq(st, QS_ERR_STATE);
+            ck_assert_uint_eq(got.n, 0);
+            ck_assert_msg(strstr(qs_ctx_errmsg(ctx), "output=y: normwise relative error") &&
+                              strstr(qs_ctx_errmsg(ctx), "[CASE-PLUGIN-TOL]"),
+                          "%s", qs_ctx_errmsg(ctx));
+        }
+        qsk_results_free(&got);
+    }
+    for (size_t i = 0; i < c->ninputs; i++)
+        qs_tensor_free(&in[i]);
+    qsk_results_free(&ref);
+    qs_ctx_free(t.ref);
+    qsk_case_file_free(&f);
+    qs_ctx_free(ctx);
+    free(text);
+}
+END_TEST
+
+/* The reference's sdpa slots, claiming what claim says. */
+static struct {
+    qs_ctx *ref;
+    qs_attn_claim claim;
+    int calls;
+} attn_pl;
+
+static qs_status claim_sdpa_fwd(void *state, qs_sdpa_args *a)
+{
+    (void)state;
+    qs_status s = qs_ctx_backend(NULL)->sdpa_fwd(attn_pl.ref, a);
+    a->claim = attn_pl.claim;
+    attn_pl.calls++;
+    return s;
+}
+
+static qs_status claim_sdpa_bwd(void *state, qs_sdpa_args *a)
+{
+    (void)state;
+    qs_status s = qs_ctx_backend(NULL)->sdpa_bwd(attn_pl.ref, a);
+    a->claim = attn_pl.claim;
+    attn_pl.calls++;
+    return s;
+}
+
+static qs_status ref_slot_gemm(void *state, qs_gemm_args *a)
+{
+    (void)state;
+    return qs_ctx_backend(NULL)->gemm(attn_pl.ref, a);
+}
+
+/* [CASE-PLUGIN-REF] [CASE-PLUGIN-TOL] the sdpa slots' claim decides how an MLA program's
+ * outputs are compared: claiming the reference's order hands y to the case's bitwise
+ * comparison (unmarked), claiming a tolerance has the kit compare it within 2^-7 (marked). */
+START_TEST(test_attention_claims_decide_how_program_outputs_are_compared)
+{
+    const char *prog = MLA_OP("layout: sbhd, b: 2, ", "") "      - backward: {dy: dy}\n";
+    char *text = case_text(prog, "", y_output);
+    qs_ctx *ctx = qs_ctx_new();
+    qsk_case_file f;
+    ck_assert_msg(load(ctx, text, &f) == QS_OK, "%s", qs_ctx_errmsg(ctx));
+    const qsk_case *c = &f.cases[0];
+    qs_tensor in[16];
+    memset(in, 0, sizeof in);
+    for (size_t i = 0; i < c->ninputs; i++)
+        ck_assert_int_eq(qsk_input_generate(ctx, &c->inputs[i], &in[i]), QS_OK);
+    attn_pl.ref = qs_ctx_new();
+    qs_backend table = *qs_ctx_backend(NULL);
+    table.name = "claims";
+    table.gemm = ref_slot_gemm;
+    table.sdpa_fwd = claim_sdpa_fwd;
+    table.sdpa_bwd = claim_sdpa_bwd;
+    qsk_plugin pl;
+    memset(&pl, 0, sizeof pl);
+    pl.table = &table;
+    pl.state = attn_pl.ref;
+    pl.usable = 1;
+    for (int k = 0; k < 2; k++) {
+        attn_pl.claim = k ? QS_ATTN_CLAIM_TOLERANCE : QS_ATTN_CLAIM_REFERENCE;
+        attn_pl.calls = 0;
+        qsk_results got;
+        memset(&got, 0, sizeof got);
+        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &got);
+        ck_assert_msg(st == QS_OK, "%s", qs_ctx_errmsg(ctx));
+        ck_assert_int_gt(attn_pl.calls, 1); /* forward and backward ran on the slots */
+        ck_assert_uint_eq(got.n, 1);
+        ck_assert_int_eq(got.checked[0], k);
+        qsk_results_free(&got);
+    }
+    for (size_t i = 0; i < c->ninputs; i++)
+        qs_tensor_free(&in[i]);
+    qs_ctx_free(attn_pl.ref);
+    qsk_case_file_free(&f);
+    qs_ctx_free(ctx);
+    free(text);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("program");
@@ -1112,6 +1287,8 @@ int main(void)
     tcase_add_test(tc, test_false_claims_fail_and_true_ones_pass);
     tcase_add_test(tc, test_program_cases_are_not_supported_on_a_plugin_without_a_slot);
     tcase_add_test(tc, test_program_runs_on_a_plugins_slots_and_self_consistency_catches_drift);
+    tcase_add_test(tc, test_program_outputs_on_an_fp32_claim_meet_the_default_tolerance);
+    tcase_add_test(tc, test_attention_claims_decide_how_program_outputs_are_compared);
     suite_add_tcase(s, tc);
     return qst_run(s);
 }

@@ -4,9 +4,10 @@
  * `cast16` slot for BF16 and FP16 under every rounding mode (stochastic rounding included)
  * and overflow policy, the `quantize` slot for current scaling and the `gemm` slot for the
  * `exact` and `fp32_seq` models on tensor-scaled operands (FP32, BF16 and FP16 values, E4M3
- * and E5M2 codes), which it claims bit for bit, and claims nothing else, so every other
- * case is reported as not supported. The engine runs a program on these slots when they
- * are all the program needs (spec/cases.md [CASE-KERNEL-TABLE]). Built with
+ * and E5M2 codes), which it claims bit for bit, and the `sdpa_fwd`/`sdpa_bwd` slots (naive
+ * FP32 loops with libm's expf and logf, held to each case's tolerance), and claims nothing
+ * else, so every other case is reported as not supported. The engine runs a program on these slots
+ * when they are all the program needs (spec/cases.md [CASE-KERNEL-TABLE]). Built with
  * -DQS_EXAMPLE_PLANT_ERROR its current-scaling scale_inv is one ulp too large, and with
  * -DQS_EXAMPLE_PLANT_GEMM_ERROR its GEMMs leave out the last k: the kit's own tests prove that
  * exactly the cases covering the planted error then fail. It also has the distributed slots
@@ -14,6 +15,7 @@
  * directory the id names. */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -605,6 +607,183 @@ static qs_status example_allreduce(void *state, int64_t n, float *amax, char *wh
     return st;
 }
 
+/* ------------------------------------------------------- sdpa (spec/attention.md) */
+
+/* x rounded to nearest-even in dt (FP32 values pass through) [ATTN-DTYPE]. */
+static float round_dt(qs_dtype dt, float x)
+{
+    if (dt != QS_BF16 && dt != QS_FP16)
+        return x;
+    int eb = dt == QS_BF16 ? 8 : 5, mb = dt == QS_BF16 ? 7 : 10;
+    uint16_t c = encode16(x, eb, mb, QS_ROUND_RNE, QS_OVF_NOSAT, 0);
+    uint32_t e = (c >> mb) & ((1u << eb) - 1u), f = c & ((1u << mb) - 1u);
+    int emin = 2 - (1 << (eb - 1));
+    double v = e == 0                 ? (double)f * pow2d(emin - mb)
+               : e == (1u << eb) - 1u ? HUGE_VAL
+                                      : (double)((1u << mb) + f) * pow2d((int)e - 1 + emin - mb);
+    return (float)((c >> (eb + mb)) ? -v : v);
+}
+
+/* Where token i of sequence s lies in a layout's arrays, and the sequence's length. */
+static int64_t sdpa_token(const qs_sdpa_params *p, int kv, int64_t s, int64_t i)
+{
+    const int32_t *cu = kv ? p->cu_seqlens_kv : p->cu_seqlens_q;
+    int64_t len = kv ? p->sk : p->sq;
+    if (p->layout == QS_ATTN_THD)
+        return cu[s] + i;
+    return p->layout == QS_ATTN_SBHD ? i * p->b + s : s * len + i;
+}
+
+static int64_t sdpa_len(const qs_sdpa_params *p, int kv, int64_t s)
+{
+    const int32_t *cu = kv ? p->cu_seqlens_kv : p->cu_seqlens_q;
+    if (p->layout == QS_ATTN_THD)
+        return cu[s + 1] - cu[s];
+    return kv ? p->sk : p->sq;
+}
+
+/* Row (s, h, i)'s probabilities into P[0..n) (n keys attended), in the reference's order
+ * [ATTN-SCORE] [ATTN-SOFTMAX-ORDER]; returns n and writes the lse. */
+static int64_t sdpa_row(const qs_sdpa_args *a, int64_t s, int64_t h, int64_t i, float *P,
+                        float *lse)
+{
+    const qs_sdpa_params *p = &a->p;
+    int64_t lk = sdpa_len(p, 1, s), hk = h / (p->h / p->hkv);
+    int64_t n = p->mask == QS_ATTN_MASK_CAUSAL && i + 1 < lk ? i + 1 : lk;
+    const float *q = a->q + (sdpa_token(p, 0, s, i) * p->h + h) * p->d;
+    float m = -HUGE_VALF, l = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        const float *k = a->k + (sdpa_token(p, 1, s, j) * p->hkv + hk) * p->d;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < p->d; c++)
+            dot += q[c] * k[c];
+        P[j] = p->scale * dot;
+        m = P[j] > m ? P[j] : m;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        P[j] = expf(P[j] - m);
+        l += P[j];
+    }
+    for (int64_t j = 0; j < n; j++)
+        P[j] = P[j] / l;
+    *lse = n ? m + logf(l) : -HUGE_VALF;
+    return n;
+}
+
+/* The token count of q (kv = 0) or k and v (kv = 1) in their arrays. */
+static int64_t sdpa_tokens(const qs_sdpa_params *p, int kv)
+{
+    int64_t len = kv ? p->sk : p->sq;
+    return p->layout == QS_ATTN_THD ? len : p->b * len;
+}
+
+static qs_status sdpa_refuse(const qs_sdpa_args *a)
+{
+    const qs_sdpa_params *p = &a->p;
+    const char *why = p->cu_seqlens_q_padded || p->cu_seqlens_kv_padded
+                          ? "the example has no padded thd"
+                      : p->hkv < 1 || p->h % p->hkv ? "h must be a multiple of hkv"
+                                                    : NULL;
+    if (why && a->why && a->why_len)
+        snprintf(a->why, a->why_len, "%s", why);
+    return why ? QS_ERR_UNSUPPORTED : QS_OK;
+}
+
+/* The sdpa_fwd slot: the reference's loops, with libm's expf and logf. */
+static qs_status example_sdpa_fwd(void *state, qs_sdpa_args *a)
+{
+    (void)state;
+    const qs_sdpa_params *p = &a->p;
+    qs_status st = sdpa_refuse(a);
+    float *P = st == QS_OK ? malloc((size_t)(p->sk + 1) * sizeof *P) : NULL;
+    if (st == QS_OK && !P)
+        st = QS_ERR_NOMEM;
+    if (st != QS_OK)
+        return st;
+    int64_t hk_per = p->h / p->hkv;
+    memset(a->o, 0, (size_t)(sdpa_tokens(p, 0) * p->h * p->dv) * sizeof *a->o);
+    if (a->lse)
+        for (int64_t t = 0; t < sdpa_tokens(p, 0) * p->h; t++)
+            a->lse[t] = -HUGE_VALF;
+    for (int64_t s = 0; s < p->b; s++)
+        for (int64_t h = 0; h < p->h; h++)
+            for (int64_t i = 0; i < sdpa_len(p, 0, s); i++) {
+                int64_t row = sdpa_token(p, 0, s, i) * p->h + h;
+                float lse;
+                int64_t n = sdpa_row(a, s, h, i, P, &lse);
+                for (int64_t c = 0; c < p->dv; c++) {
+                    float acc = 0.0f;
+                    for (int64_t j = 0; j < n; j++)
+                        acc +=
+                            P[j] * a->v[(sdpa_token(p, 1, s, j) * p->hkv + h / hk_per) * p->dv + c];
+                    a->o[row * p->dv + c] = round_dt(p->dtype, acc);
+                }
+                if (a->lse)
+                    a->lse[row] = lse;
+            }
+    free(P);
+    a->claim = QS_ATTN_CLAIM_TOLERANCE; /* libm's exp and log, not the reference's */
+    return QS_OK;
+}
+
+/* The sdpa_bwd slot [ATTN-BWD] [ATTN-BWD-ORDER]: FP32 sums kept per element, rounded last. */
+static qs_status example_sdpa_bwd(void *state, qs_sdpa_args *a)
+{
+    (void)state;
+    const qs_sdpa_params *p = &a->p;
+    qs_status st = sdpa_refuse(a);
+    if (st != QS_OK)
+        return st;
+    size_t nq = (size_t)(sdpa_tokens(p, 0) * p->h * p->d),
+           nk = (size_t)(sdpa_tokens(p, 1) * p->hkv * p->d),
+           nv = (size_t)(sdpa_tokens(p, 1) * p->hkv * p->dv);
+    float *P = malloc((size_t)(p->sk + 1) * sizeof *P),
+          *dS = malloc((size_t)(p->sk + 1) * sizeof *dS);
+    float *gk = calloc(nk + 1, sizeof *gk), *gv = calloc(nv + 1, sizeof *gv);
+    if (!P || !dS || !gk || !gv) {
+        free(P), free(dS), free(gk), free(gv);
+        return QS_ERR_NOMEM;
+    }
+    memset(a->dq, 0, nq * sizeof *a->dq);
+    int64_t G = p->h / p->hkv;
+    for (int64_t s = 0; s < p->b; s++)
+        for (int64_t hk = 0; hk < p->hkv; hk++)
+            for (int64_t h = hk * G; h < hk * G + G; h++)
+                for (int64_t i = 0; i < sdpa_len(p, 0, s); i++) {
+                    int64_t row = sdpa_token(p, 0, s, i) * p->h + h;
+                    const float *o = a->o + row * p->dv, *dout = a->dout + row * p->dv;
+                    const float *q = a->q + row * p->d;
+                    float lse, D = 0.0f;
+                    int64_t n = sdpa_row(a, s, h, i, P, &lse);
+                    for (int64_t c = 0; c < p->dv; c++)
+                        D += dout[c] * o[c];
+                    for (int64_t j = 0; j < n; j++) {
+                        int64_t kr = sdpa_token(p, 1, s, j) * p->hkv + hk;
+                        float dP = 0.0f;
+                        for (int64_t c = 0; c < p->dv; c++)
+                            dP += dout[c] * a->v[kr * p->dv + c];
+                        dS[j] = P[j] * (dP - D);
+                        for (int64_t c = 0; c < p->d; c++)
+                            gk[kr * p->d + c] += dS[j] * q[c];
+                        for (int64_t c = 0; c < p->dv; c++)
+                            gv[kr * p->dv + c] += P[j] * dout[c];
+                    }
+                    for (int64_t c = 0; c < p->d; c++) {
+                        float acc = 0.0f;
+                        for (int64_t j = 0; j < n; j++)
+                            acc += dS[j] * a->k[(sdpa_token(p, 1, s, j) * p->hkv + hk) * p->d + c];
+                        a->dq[row * p->d + c] = round_dt(p->dtype, p->scale * acc);
+                    }
+                }
+    for (size_t e = 0; e < nk; e++)
+        a->dk[e] = round_dt(p->dtype, p->scale * gk[e]);
+    for (size_t e = 0; e < nv; e++)
+        a->dv[e] = round_dt(p->dtype, gv[e]);
+    free(P), free(dS), free(gk), free(gv);
+    a->claim = QS_ATTN_CLAIM_TOLERANCE;
+    return QS_OK;
+}
+
 static qs_status example_open(void **state, char *why, size_t why_len)
 {
     (void)why;
@@ -631,7 +810,8 @@ static const qs_backend example_table = {
     .struct_size = sizeof(qs_backend),
     .name = "example",
     .version = "1.0",
-    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR | QS_CAP_DIST | QS_CAP_CAST16,
+    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR | QS_CAP_DIST | QS_CAP_CAST16 |
+            QS_CAP_SDPA,
     .open = example_open,
     .close = example_close,
     .device = example_device,
@@ -642,6 +822,8 @@ static const qs_backend example_table = {
     .dist_join = example_dist_join,
     .allreduce_amax = example_allreduce,
     .cast16 = example_cast16,
+    .sdpa_fwd = example_sdpa_fwd,
+    .sdpa_bwd = example_sdpa_bwd,
 };
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);

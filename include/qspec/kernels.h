@@ -27,9 +27,14 @@ const qs_backend *qs_ctx_backend(const qs_ctx *ctx);
 
 /* The weakest gemm claim [CASE-GEMM-CLAIM] the context's gemm slot made since the last
  * reset (QS_GEMM_CLAIM_MODEL when every GEMM claimed the model, or none ran), and its
- * reset. The kit reads it to know whether a program's outputs can match bit for bit. */
+ * reset, which also resets the attention claim below. The kit reads them to know whether
+ * a program's outputs can match bit for bit [CASE-PLUGIN-REF]. */
 qs_gemm_claim qs_ctx_gemm_claim(const qs_ctx *ctx);
 void qs_ctx_gemm_claim_reset(qs_ctx *ctx);
+/* QS_ATTN_CLAIM_TOLERANCE when an sdpa or gdn slot claimed only a tolerance since the
+ * last reset; QS_ATTN_CLAIM_REFERENCE when every one claimed the reference's order (or
+ * none ran). */
+qs_attn_claim qs_ctx_attn_claim(const qs_ctx *ctx);
 
 #ifdef __cplusplus
 }
