@@ -3,7 +3,9 @@
  * cast or quantize call of the run: `exit` (exit(0), as a plugin that tears the process down
  * would), `segv` (raises SIGSEGV) or `hang` (sleeps for good); QSTEST_HOSTILE_MARK names a
  * file it creates then, so that it misbehaves once: the cases after it run normally in a
- * fresh worker. QSTEST_HOSTILE_OPEN=segv makes it crash in open instead. */
+ * fresh worker. QSTEST_HOSTILE_OPEN=segv makes it crash in open instead.
+ * QSTEST_HOSTILE_NAME gives the table that name (a plugin that calls itself "ref"), and
+ * QSTEST_HOSTILE_NODEVICE=1 makes its device slot return NULL. */
 #define qs_backend_entry_v1 example_entry_v1
 #include "example_backend.c"
 #undef qs_backend_entry_v1
@@ -53,6 +55,12 @@ static qs_status hostile_open(void **state, char *why, size_t why_len)
     return example_open(state, why, why_len);
 }
 
+static const char *hostile_device(void *state)
+{
+    (void)state;
+    return NULL;
+}
+
 static qs_backend hostile_table;
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version)
@@ -65,5 +73,10 @@ const qs_backend *qs_backend_entry_v1(uint32_t abi_version)
     hostile_table.open = hostile_open;
     hostile_table.cast = hostile_cast;
     hostile_table.quantize = hostile_quantize;
+    const char *name = getenv("QSTEST_HOSTILE_NAME"), *nodev = getenv("QSTEST_HOSTILE_NODEVICE");
+    if (name)
+        hostile_table.name = name;
+    if (nodev && strcmp(nodev, "1") == 0)
+        hostile_table.device = hostile_device;
     return &hostile_table;
 }

@@ -85,6 +85,14 @@ expect_usage "backends NAME: one that crashes in open is exit 2" env QSTEST_HOST
     QSPEC_BACKEND_PATH="$QST_TMP/path" "$QSPEC" backends hostile
 expect_err "with the reason" "^qspec backends: backend .*: the plugin crashed: signal 11"
 
+# a plugin may not call itself "ref" (the built-in reference); a NULL device reads "yes"
+expect_usage "run: a plugin named ref is exit 2" env QSTEST_HOSTILE_NAME=ref "$QSPEC" run \
+    --backend "$HOSTILE" "$CASES"
+expect_err "it says why" "calls itself 'ref': a backend needs a name of its own"
+expect_status "backends: a plugin whose device is NULL" 0 env QSTEST_HOSTILE_NODEVICE=1 \
+    "$QSPEC" backends "$HOSTILE"
+expect_out "is usable: yes, not (null)" "^ +usable: yes$"
+
 # [CASE-PROGRESS] no progress line when stdout is not a terminal; one on a terminal (a pty)
 cr=$(printf '\r') esc=$(printf '\033')
 expect_status "a piped run" 0 "$QSPEC" run --backend "$EXAMPLE" "$CASES"
