@@ -351,32 +351,6 @@ static qs_status quantize_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *i
     return st;
 }
 
-/* Allocates out for the copies cfg asks for, as qs_recipe_layout gives them. */
-static qs_status alloc_quantized(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t rows,
-                                 int64_t cols, qs_quantized *out)
-{
-    memset(out, 0, sizeof *out);
-    out->cfg = *cfg;
-    out->elem = qs_recipe_elem_dtype(cfg);
-    out->rows = rows;
-    out->cols = cols;
-    const int want[QS_DIR_COUNT] = {cfg->rowwise, cfg->columnwise};
-    qs_status st = QS_OK;
-    for (int d = 0; d < QS_DIR_COUNT && st == QS_OK; d++) {
-        if (!want[d])
-            continue;
-        qs_copy_layout l;
-        st = qs_recipe_layout(ctx, cfg, rows, cols, (qs_direction)d, &l);
-        if (st == QS_OK)
-            st = qs_tensor_alloc(ctx, &out->data[d], l.data_dtype, 2, l.data_shape);
-        if (st == QS_OK)
-            st = qs_tensor_alloc(ctx, &out->scale[d], l.scale_dtype, l.scale_ndim, l.scale_shape);
-    }
-    if (st != QS_OK)
-        qs_quantized_free(out);
-    return st;
-}
-
 static uint64_t cap_of(qs_recipe_kind k)
 {
     static const uint64_t caps[QS_RECIPE_COUNT] = {QS_CAP_QUANT_DELAYED, QS_CAP_QUANT_CURRENT,
@@ -389,7 +363,7 @@ static uint64_t cap_of(qs_recipe_kind k)
 static qs_status backend_quantize(qs_ctx *ctx, const qsk_plugin *p, const qs_recipe_config *cfg,
                                   const qs_tensor *x, const float *given, qs_quantized *z)
 {
-    qs_status st = alloc_quantized(ctx, cfg, x->shape[0], x->shape[1], z);
+    qs_status st = qs_quantized_alloc(ctx, cfg, x->shape[0], x->shape[1], z);
     if (st != QS_OK)
         return st;
     qs_quantize_args args = {cfg, x, 1.0f, z, given};
@@ -540,7 +514,7 @@ static qs_status quantize_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_ca
         }
         qs_quantized_free(&z);
         if (st == QS_OK)
-            st = alloc_quantized(ctx, &cfg, in->shape[0], in->shape[1], &z);
+            st = qs_quantized_alloc(ctx, &cfg, in->shape[0], in->shape[1], &z);
         if (st == QS_OK) {
             scales[s] = q.ds.scale;
             qs_quantize_args args = {&cfg, in, q.ds.scale, &z, NULL};

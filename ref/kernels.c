@@ -374,31 +374,6 @@ void qsi_f32_view(qs_tensor *t, const float *v, int64_t rows, int64_t cols)
     t->data = (void *)(uintptr_t)v; /* read only: slots take operands as const */
 }
 
-qs_status qsi_quantized_alloc(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t rows, int64_t cols,
-                              qs_quantized *out)
-{
-    memset(out, 0, sizeof *out);
-    out->cfg = *cfg;
-    out->elem = qs_recipe_elem_dtype(cfg);
-    out->rows = rows;
-    out->cols = cols;
-    const int want[QS_DIR_COUNT] = {cfg->rowwise, cfg->columnwise};
-    qs_status s = QS_OK;
-    for (int d = 0; d < QS_DIR_COUNT && s == QS_OK; d++) {
-        if (!want[d])
-            continue;
-        qs_copy_layout l;
-        s = qs_recipe_layout(ctx, cfg, rows, cols, (qs_direction)d, &l);
-        if (s == QS_OK)
-            s = qs_tensor_alloc(ctx, &out->data[d], l.data_dtype, 2, l.data_shape);
-        if (s == QS_OK)
-            s = qs_tensor_alloc(ctx, &out->scale[d], l.scale_dtype, l.scale_ndim, l.scale_shape);
-    }
-    if (s != QS_OK)
-        qs_quantized_free(out);
-    return s;
-}
-
 static const struct {
     uint64_t cap;
     const char *name;
@@ -429,7 +404,7 @@ qs_status qsi_k_quantize(qs_ctx *ctx, qs_quantizer *q, const qs_tensor *x, qs_qu
         return missing(ctx, "quantize", quant_caps[q->cfg.kind].name);
     if (q->amax_given && !(t->caps & QS_CAP_DIST))
         return missing(ctx, "quantize with given amaxes", "QS_CAP_DIST");
-    s = qsi_quantized_alloc(ctx, &q->cfg, x->shape[0], x->shape[1], out);
+    s = qs_quantized_alloc(ctx, &q->cfg, x->shape[0], x->shape[1], out);
     if (s != QS_OK)
         return s;
     float ds_scale = q->cfg.kind == QS_RECIPE_DELAYED ? q->ds.scale : 1.0f;

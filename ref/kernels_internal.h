@@ -38,11 +38,6 @@ qs_status qsi_k_gdn_bwd(qs_ctx *ctx, const qs_gdn_params *p, const float *q, con
                         const float *dout, const float *dht, float *dq, float *dk, float *dv,
                         float *dg, float *dbeta, float *dh0);
 
-/* Allocates out for the copies cfg asks for (cfg->rowwise, cfg->columnwise) of a rows x
- * cols input, as qs_recipe_layout gives them, and sets its header. */
-qs_status qsi_quantized_alloc(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t rows, int64_t cols,
-                              qs_quantized *out);
-
 /* A read-only view (not owning: never qs_tensor_free it) of rows x cols FP32 values as a
  * 2-D tensor, for handing host arrays to a slot as an operand. */
 void qsi_f32_view(qs_tensor *t, const float *v, int64_t rows, int64_t cols);

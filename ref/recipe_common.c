@@ -326,6 +326,31 @@ qs_status qs_recipe_layout(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t row
     return QS_OK;
 }
 
+qs_status qs_quantized_alloc(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t rows, int64_t cols,
+                             qs_quantized *out)
+{
+    memset(out, 0, sizeof *out);
+    out->cfg = *cfg;
+    out->elem = qs_recipe_elem_dtype(cfg);
+    out->rows = rows;
+    out->cols = cols;
+    const int want[QS_DIR_COUNT] = {cfg->rowwise, cfg->columnwise};
+    qs_status s = QS_OK;
+    for (int d = 0; d < QS_DIR_COUNT && s == QS_OK; d++) {
+        if (!want[d])
+            continue;
+        qs_copy_layout l;
+        s = qs_recipe_layout(ctx, cfg, rows, cols, (qs_direction)d, &l);
+        if (s == QS_OK)
+            s = qs_tensor_alloc(ctx, &out->data[d], l.data_dtype, 2, l.data_shape);
+        if (s == QS_OK)
+            s = qs_tensor_alloc(ctx, &out->scale[d], l.scale_dtype, l.scale_ndim, l.scale_shape);
+    }
+    if (s != QS_OK)
+        qs_quantized_free(out);
+    return s;
+}
+
 static qs_status check_tensor(qs_ctx *ctx, const qs_tensor *t, const char *name, qs_dtype dt,
                               int ndim, const int64_t *shape)
 {

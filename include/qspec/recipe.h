@@ -217,6 +217,12 @@ typedef struct qs_copy_layout {
  * configuration or extent. */
 qs_status qs_recipe_layout(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t rows, int64_t cols,
                            qs_direction dir, qs_copy_layout *out);
+/* Allocates out for the copies cfg asks for (cfg->rowwise, cfg->columnwise) of a rows x cols
+ * input, with the dtypes and shapes of qs_recipe_layout, and sets its header (cfg, elem, rows,
+ * cols); the codes and scales are zero. Errors as qs_recipe_layout, QS_ERR_NOMEM; on an error
+ * out holds nothing. */
+qs_status qs_quantized_alloc(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t rows, int64_t cols,
+                             qs_quantized *out);
 /* Checks that every copy qz holds has the dtype and shape of qs_recipe_layout (for results
  * assembled from files); QS_ERR_DTYPE / QS_ERR_SHAPE naming the tensor otherwise. */
 qs_status qs_quantized_check(qs_ctx *ctx, const qs_quantized *qz);
