@@ -981,6 +981,40 @@ START_TEST(test_nv_zero_tensor)
 }
 END_TEST
 
+/* [REC-NV-TORCHAO] [REC-NV-TORCHAO-NAN]: variant torchao where its arithmetic makes NaNs.
+ * An Inf gives pts = Inf: its block scale (Inf/6)/Inf is NaN, encoded 0x7F, and its elements
+ * NaN, encoded +6; a finite block's scale 0.5/Inf = 0 clamps to 2^-6 and its multiplier
+ * (1/Inf)/2^-6 = 0 gives code 0. A tensor amax of 2^-135 gives a subnormal pts (6 * 2^-149),
+ * 1/pts = Inf: the block scale 2731/6 = 455.2 clamps to 448 (0x7E), 2^-135 * Inf clamps to 6,
+ * and a zero element gives 0 * Inf = NaN, encoded +6 (torchao 0.18.0 gives 0xB there). */
+START_TEST(test_nv_torchao_nan_cases)
+{
+    const char *ao[] = {"rht", "0", "sr", "0", "variant", "torchao", NULL};
+    float v[32] = {INFINITY, 1.0f};
+    v[16] = 3.0f;
+    qs_tensor x = make_f32(1, 32, v);
+    qs_quantized z;
+    quant(QS_RECIPE_NVFP4, QS_ROLE_INPUT, ao, &x, &z);
+    ASSERT_CODE(&z.scale[QS_DIR_ROW], 0, 0x7F);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 0, 0x7);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 1, 0x7);
+    ASSERT_CODE(&z.scale[QS_DIR_ROW], 1, 0x08);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 16, 0x0);
+    qs_quantized_free(&z);
+    qs_tensor_free(&x);
+    float w[16] = {0};
+    w[0] = qs_f32_from_bits(0x00004000u); /* 2^-135 */
+    x = make_f32(1, 16, w);
+    quant(QS_RECIPE_NVFP4, QS_ROLE_INPUT, ao, &x, &z);
+    ASSERT_BITS(z.global_dec[QS_DIR_ROW], 0x00000006);
+    ASSERT_CODE(&z.scale[QS_DIR_ROW], 0, 0x7E);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 0, 0x7);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 1, 0x7);
+    qs_quantized_free(&z);
+    qs_tensor_free(&x);
+}
+END_TEST
+
 /* [REC-AMAX] [REC-NV-GLOBAL] [REC-NV-SCALE]: Inf gives S_enc 1 and a block scale of 448;
  * Inf encodes to 6 and NaN to +6 (satfinite). */
 START_TEST(test_nv_inf_and_nan)
@@ -1453,6 +1487,7 @@ static Suite *recipes_suite(void)
     tcase_add_test(nv, test_nv_te_and_torchao_differ_on_tiny_block);
     tcase_add_test(nv, test_nv_torchao_018_multiplies_by_the_reciprocal_scale);
     tcase_add_test(nv, test_nv_zero_tensor);
+    tcase_add_test(nv, test_nv_torchao_nan_cases);
     tcase_add_test(nv, test_nv_inf_and_nan);
     tcase_add_test(nv, test_nv_partial_blocks_and_transposed_columnwise);
     tcase_add_test(nv, test_nv_16x16_weight_transpose_shares_codes);
