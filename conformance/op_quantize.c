@@ -353,9 +353,11 @@ static qs_status quantize_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *i
 
 static uint64_t cap_of(qs_recipe_kind k)
 {
-    static const uint64_t caps[QS_RECIPE_COUNT] = {QS_CAP_QUANT_DELAYED, QS_CAP_QUANT_CURRENT,
-                                                   QS_CAP_QUANT_MXFP8, QS_CAP_QUANT_BLOCK,
-                                                   QS_CAP_QUANT_NVFP4};
+    static const uint64_t caps[QS_RECIPE_COUNT] = {
+        [QS_RECIPE_DELAYED] = QS_CAP_QUANT_DELAYED,      [QS_RECIPE_CURRENT] = QS_CAP_QUANT_CURRENT,
+        [QS_RECIPE_MXFP8] = QS_CAP_QUANT_MXFP8,          [QS_RECIPE_BLOCK] = QS_CAP_QUANT_BLOCK,
+        [QS_RECIPE_NVFP4] = QS_CAP_QUANT_NVFP4,          [QS_RECIPE_ROWWISE] = QS_CAP_QUANT_ROWWISE,
+        [QS_RECIPE_ROWWISE_GW_HP] = QS_CAP_QUANT_ROWWISE};
     return caps[k];
 }
 
