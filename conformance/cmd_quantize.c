@@ -100,11 +100,14 @@ static int parse_args(const char *cmd, int argc, char **argv, q_args *a)
 static int build_config(const char *cmd, qs_ctx *ctx, const q_args *a, qs_recipe_config *cfg)
 {
     if (!a->recipe)
-        return qsk_usage_error(cmd, "missing --recipe (delayed|current|mxfp8|block|nvfp4)");
+        return qsk_usage_error(
+            cmd, "missing --recipe (delayed|current|mxfp8|block|nvfp4|rowwise|rowwise_with_gw_hp)");
     int kind = qs_recipe_kind_from_name(a->recipe);
     if (kind < 0)
-        return qsk_usage_error(cmd, "unknown recipe '%s' (delayed|current|mxfp8|block|nvfp4)",
-                               a->recipe);
+        return qsk_usage_error(
+            cmd,
+            "unknown recipe '%s' (delayed|current|mxfp8|block|nvfp4|rowwise|rowwise_with_gw_hp)",
+            a->recipe);
     int role = a->role ? qs_tensor_role_from_name(a->role) : QS_ROLE_INPUT;
     if (role < 0)
         return qsk_usage_error(cmd, "unknown role '%s'", a->role);

@@ -1,7 +1,7 @@
 /* op_quantize.c: the `quantize` op — a recipe of spec/recipes.md applied to input x.
- * params: recipe (delayed|current|mxfp8|block|nvfp4) and any recipe option by its name in
- * qs_recipe_config_set (role, format, rule, tile, rht, sr, seed, ...). A 2-D x [M,K] is
- * quantized once. A 3-D x [S,M,K] under delayed scaling is a sequence of S steps: step s
+ * params: recipe (delayed|current|mxfp8|block|nvfp4|rowwise|rowwise_with_gw_hp) and any recipe
+ * option by its name in qs_recipe_config_set (role, format, rule, tile, rht, sr, seed, ...). A 2-D
+ * x [M,K] is quantized once. A 3-D x [S,M,K] under delayed scaling is a sequence of S steps: step s
  * quantizes x[s] with the current state, then runs the explicit update.
  * outputs: row_data, row_scale, col_data, col_scale (the copies produced), amax and
  * scale_inv (tensorwise), global_scale (nvfp4); for sequences also scales (the scale used
@@ -88,7 +88,8 @@ static qs_status config_from(qs_ctx *ctx, const qsk_case *c, qs_recipe_config *c
     int kind = qs_recipe_kind_from_name(r->value);
     if (kind < 0)
         return qs_ctx_error(ctx, QS_ERR_FORMAT,
-                            "%s:%d:%d: unknown recipe '%s' (delayed, current, mxfp8, block, nvfp4)",
+                            "%s:%d:%d: unknown recipe '%s' (delayed, current, mxfp8, block, nvfp4, "
+                            "rowwise, rowwise_with_gw_hp)",
                             c->file, r->pos.line, r->pos.col, r->value);
     const qsk_param *role = qsk_case_param(c, "role");
     int ro = role ? qs_tensor_role_from_name(role->value) : (int)QS_ROLE_INPUT;
