@@ -33,6 +33,7 @@ static void print_caps(uint64_t caps)
         {QS_CAP_QUANT_MXFP8, "mxfp8"},
         {QS_CAP_QUANT_BLOCK, "block"},
         {QS_CAP_QUANT_NVFP4, "nvfp4"},
+        {QS_CAP_QUANT_ROWWISE, "rowwise"},
         {QS_CAP_DEQUANT, "dequantize"},
         {QS_CAP_GEMM_TENSOR, "gemm-tensor"},
         {QS_CAP_GEMM_BLOCK, "gemm-block"},

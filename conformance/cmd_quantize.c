@@ -100,11 +100,14 @@ static int parse_args(const char *cmd, int argc, char **argv, q_args *a)
 static int build_config(const char *cmd, qs_ctx *ctx, const q_args *a, qs_recipe_config *cfg)
 {
     if (!a->recipe)
-        return qsk_usage_error(cmd, "missing --recipe (delayed|current|mxfp8|block|nvfp4)");
+        return qsk_usage_error(
+            cmd, "missing --recipe (delayed|current|mxfp8|block|nvfp4|rowwise|rowwise_with_gw_hp)");
     int kind = qs_recipe_kind_from_name(a->recipe);
     if (kind < 0)
-        return qsk_usage_error(cmd, "unknown recipe '%s' (delayed|current|mxfp8|block|nvfp4)",
-                               a->recipe);
+        return qsk_usage_error(
+            cmd,
+            "unknown recipe '%s' (delayed|current|mxfp8|block|nvfp4|rowwise|rowwise_with_gw_hp)",
+            a->recipe);
     int role = a->role ? qs_tensor_role_from_name(a->role) : QS_ROLE_INPUT;
     if (role < 0)
         return qsk_usage_error(cmd, "unknown role '%s'", a->role);
@@ -347,7 +350,9 @@ static void write_meta(char *buf, size_t n, const qs_quantized *z)
                      qs_recipe_kind_name(c->kind), (long long)z->rows, (long long)z->cols,
                      qs_tensor_role_name(c->role));
     static const char *const fmt_names[] = {"hybrid", "e4m3", "e5m2"};
-    if (c->kind == QS_RECIPE_DELAYED || c->kind == QS_RECIPE_CURRENT || c->kind == QS_RECIPE_BLOCK)
+    if (c->kind == QS_RECIPE_DELAYED || c->kind == QS_RECIPE_CURRENT ||
+        c->kind == QS_RECIPE_BLOCK || c->kind == QS_RECIPE_ROWWISE ||
+        c->kind == QS_RECIPE_ROWWISE_GW_HP)
         k += snprintf(buf + k, n - (size_t)k, "format %s\n", fmt_names[c->format]);
     if (c->kind == QS_RECIPE_MXFP8)
         k += snprintf(buf + k, n - (size_t)k, "elem %s\nrule %s\n", qs_dtype_name(c->mx_elem),
@@ -512,7 +517,8 @@ const qsk_command qsk_cmd_quantize = {
     "usage: qspec quantize --recipe R [--role ROLE] [--KEY VALUE ...] --in X.npy --out DIR\n"
     "                      [--state FILE [--init] [--update]]\n\n"
     "Quantizes the 2-D bf16/fp16/fp32 tensor X with recipe R (delayed, current, mxfp8, block,\n"
-    "nvfp4) as spec/recipes.md defines, and writes into the new directory DIR:\n"
+    "nvfp4, rowwise, rowwise_with_gw_hp) as spec/recipes.md defines, and writes into the new "
+    "directory DIR:\n"
     "row_data.npy, row_scale.npy, col_data.npy, col_scale.npy (the copies produced),\n"
     "amax.npy and scale_inv.npy (delayed, current), amax.npy and global_scale.npy (nvfp4),\n"
     "and meta.txt. DIR must not exist; it appears only when everything succeeded.\n\n"
@@ -521,7 +527,8 @@ const qsk_command qsk_cmd_quantize = {
     "  delayed: history L, algo max|most_recent, margin M, roll fused|unfused, format F\n"
     "  current, block: format hybrid|e4m3|e5m2, eps E, pow2 0|1; block: tile 1d|2d\n"
     "  mxfp8: elem e4m3|e5m2, rule te|ocp\n"
-    "  nvfp4: tile 1d|2d, variant te|torchao, rht 0|1, sr 0|1, seed S, offset O\n\n"
+    "  nvfp4: tile 1d|2d, variant te|torchao, rht 0|1, sr 0|1, seed S, offset O\n"
+    "  rowwise, rowwise_with_gw_hp: format hybrid|e4m3|e5m2, pow2 0|1\n\n"
     "Delayed scaling: --state FILE reads the state (scale, scale_inv, history) before\n"
     "quantizing and writes it back after; --update runs the delayed-scaling update after the\n"
     "quantization; --init starts from scale 1 when FILE does not exist yet.\n"

@@ -1340,6 +1340,10 @@ static const struct {
                          "QS_CAP_GEMM_BLOCK"},
     [QS_RECIPE_NVFP4] = {QS_CAP_QUANT_NVFP4, QS_CAP_GEMM_NVFP4, "QS_CAP_QUANT_NVFP4",
                          "QS_CAP_GEMM_NVFP4"},
+    [QS_RECIPE_ROWWISE] = {QS_CAP_QUANT_ROWWISE, QS_CAP_GEMM_TENSOR, "QS_CAP_QUANT_ROWWISE",
+                           "QS_CAP_GEMM_TENSOR"},
+    [QS_RECIPE_ROWWISE_GW_HP] = {QS_CAP_QUANT_ROWWISE, QS_CAP_GEMM_TENSOR, "QS_CAP_QUANT_ROWWISE",
+                                 "QS_CAP_GEMM_TENSOR"},
 };
 
 static void missing_slot(const qs_backend *t, const qskp_node *s, char *why, size_t cap)

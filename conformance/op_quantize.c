@@ -1,7 +1,7 @@
 /* op_quantize.c: the `quantize` op — a recipe of spec/recipes.md applied to input x.
- * params: recipe (delayed|current|mxfp8|block|nvfp4) and any recipe option by its name in
- * qs_recipe_config_set (role, format, rule, tile, rht, sr, seed, ...). A 2-D x [M,K] is
- * quantized once. A 3-D x [S,M,K] under delayed scaling is a sequence of S steps: step s
+ * params: recipe (delayed|current|mxfp8|block|nvfp4|rowwise|rowwise_with_gw_hp) and any recipe
+ * option by its name in qs_recipe_config_set (role, format, rule, tile, rht, sr, seed, ...). A 2-D
+ * x [M,K] is quantized once. A 3-D x [S,M,K] under delayed scaling is a sequence of S steps: step s
  * quantizes x[s] with the current state, then runs the explicit update.
  * outputs: row_data, row_scale, col_data, col_scale (the copies produced), amax and
  * scale_inv (tensorwise), global_scale (nvfp4); for sequences also scales (the scale used
@@ -88,7 +88,8 @@ static qs_status config_from(qs_ctx *ctx, const qsk_case *c, qs_recipe_config *c
     int kind = qs_recipe_kind_from_name(r->value);
     if (kind < 0)
         return qs_ctx_error(ctx, QS_ERR_FORMAT,
-                            "%s:%d:%d: unknown recipe '%s' (delayed, current, mxfp8, block, nvfp4)",
+                            "%s:%d:%d: unknown recipe '%s' (delayed, current, mxfp8, block, nvfp4, "
+                            "rowwise, rowwise_with_gw_hp)",
                             c->file, r->pos.line, r->pos.col, r->value);
     const qsk_param *role = qsk_case_param(c, "role");
     int ro = role ? qs_tensor_role_from_name(role->value) : (int)QS_ROLE_INPUT;
@@ -353,9 +354,11 @@ static qs_status quantize_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *i
 
 static uint64_t cap_of(qs_recipe_kind k)
 {
-    static const uint64_t caps[QS_RECIPE_COUNT] = {QS_CAP_QUANT_DELAYED, QS_CAP_QUANT_CURRENT,
-                                                   QS_CAP_QUANT_MXFP8, QS_CAP_QUANT_BLOCK,
-                                                   QS_CAP_QUANT_NVFP4};
+    static const uint64_t caps[QS_RECIPE_COUNT] = {
+        [QS_RECIPE_DELAYED] = QS_CAP_QUANT_DELAYED,      [QS_RECIPE_CURRENT] = QS_CAP_QUANT_CURRENT,
+        [QS_RECIPE_MXFP8] = QS_CAP_QUANT_MXFP8,          [QS_RECIPE_BLOCK] = QS_CAP_QUANT_BLOCK,
+        [QS_RECIPE_NVFP4] = QS_CAP_QUANT_NVFP4,          [QS_RECIPE_ROWWISE] = QS_CAP_QUANT_ROWWISE,
+        [QS_RECIPE_ROWWISE_GW_HP] = QS_CAP_QUANT_ROWWISE};
     return caps[k];
 }
 

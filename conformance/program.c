@@ -268,7 +268,8 @@ static qs_status apply_options(ploader *L, const qsk_ynode *map, qs_recipe_confi
 /* recipe, options, x, w, dy of a region mapping into s->recipe. */
 static qs_status load_recipe(ploader *L, const qsk_ynode *m, qskp_node *s)
 {
-    static const char *const kinds[] = {"delayed", "current", "mxfp8", "block", "nvfp4", NULL};
+    static const char *const kinds[] = {
+        "delayed", "current", "mxfp8", "block", "nvfp4", "rowwise", "rowwise_with_gw_hp", NULL};
     const qsk_ynode *r = qsk_yaml_get(m, "recipe"), *opt = qsk_yaml_get(m, "options");
     const qsk_ynode *roles[QS_SCOPE_ROLE_COUNT];
     int any = opt != NULL;
@@ -965,7 +966,8 @@ static qs_status load_trace_rec(ploader *L, const qsk_ynode *m, qskp_trace_exp *
     static const char *const phases[] = {"forward", "recompute", "backward", NULL};
     static const char *const precs[] = {"quantized", "calibrating", "high", "island", NULL};
     static const char *const scales[] = {"none", "fresh", "recorded", NULL};
-    static const char *const kinds[] = {"delayed", "current", "mxfp8", "block", "nvfp4", NULL};
+    static const char *const kinds[] = {
+        "delayed", "current", "mxfp8", "block", "nvfp4", "rowwise", "rowwise_with_gw_hp", NULL};
     static const char *const dtypes[] = {"bf16", "fp16", "fp32", NULL};
     static const qs_dtype dtype_codes[] = {QS_BF16, QS_FP16, QS_FP32};
     qs_status st = want(L, m, QSK_Y_MAP, "a trace record");
@@ -1072,7 +1074,8 @@ static qs_status load_state_exp(ploader *L, const qsk_ynode *m, qskp_state_exp *
 {
     static const char *const keys[] = {"op",     "linear", "role",       "recipe", "step",
                                        "exists", "filled", "holds_amax", "scale",  NULL};
-    static const char *const kinds[] = {"delayed", "current", "mxfp8", "block", "nvfp4", NULL};
+    static const char *const kinds[] = {
+        "delayed", "current", "mxfp8", "block", "nvfp4", "rowwise", "rowwise_with_gw_hp", NULL};
     static const char *const rules[] = {"unchecked", "initial", "prev", "from_history", NULL};
     qs_status st = want(L, m, QSK_Y_MAP, "a state expectation");
     if (st == QS_OK)

@@ -1,7 +1,8 @@
 /* plugin.cu: the CUDA backend plugin's entry point and device probe.
  * Built as libqspec-cuda.so against include/qspec/backend.h only. open() fails with a
  * clear reason when no CUDA device (or driver) is present. The table claims cast and the
- * delayed, current, mxfp8, block and nvfp4 quantizers (cuda/qc_slots.cu).
+ * delayed, current, mxfp8, block and nvfp4 quantizers (cuda/qc_slots.cu); torchao's
+ * rowwise recipes are not supported (no QS_CAP_QUANT_ROWWISE).
  * dequantize (cuda/qc_dequant.cu) takes every recipe; the distributed slots run over NCCL
  * (cuda/qc_dist.cu) when the plugin was built with nccl.h; cast16, sdpa_fwd/bwd and
  * gdn_fwd/bwd are cuda/qc_cast16.cu, qc_sdpa.cu and qc_gdn.cu. */

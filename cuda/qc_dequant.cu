@@ -162,6 +162,9 @@ qs_status qc_slot_dequantize(void *state, const qs_dequantize_args *a)
     const qs_quantized *z = a ? a->in : nullptr;
     if (!z || !a->y || (unsigned)a->dir >= QS_DIR_COUNT)
         return QS_ERR_INVALID_ARG;
+    /* torchao's axiswise recipes (spec/recipes.md [REC-AX-*]) have no kernel here yet */
+    if (z->cfg.kind == QS_RECIPE_ROWWISE || z->cfg.kind == QS_RECIPE_ROWWISE_GW_HP)
+        return QS_ERR_UNSUPPORTED;
     const qs_tensor *d = &z->data[a->dir], *s = &z->scale[a->dir];
     int64_t M = z->rows, K = z->cols;
     if (!d->data || !s->data || d->dtype != z->elem || M < 1 || K < 1 ||

@@ -170,6 +170,9 @@ qs_status qc_slot_quantize(void *state, const qs_quantize_args *a)
     int dt = input_kind(x->dtype);
     if (dt < 0 || x->ndim != 2 || kind >= QS_RECIPE_COUNT)
         return QS_ERR_UNSUPPORTED;
+    /* torchao's axiswise recipes [REC-AX-*]: not claimed (no QS_CAP_QUANT_ROWWISE) */
+    if (kind == QS_RECIPE_ROWWISE || kind == QS_RECIPE_ROWWISE_GW_HP)
+        return QS_ERR_UNSUPPORTED;
     if (kind != QS_RECIPE_NVFP4 && a->out->elem != QS_E4M3 && a->out->elem != QS_E5M2)
         return QS_ERR_UNSUPPORTED;
     if (kind == QS_RECIPE_NVFP4 && a->cfg->rht && a->cfg->columnwise) { /* [REC-NV-RHT] */

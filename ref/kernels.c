@@ -263,8 +263,9 @@ const qs_backend qsi_ref_backend = {
     .name = "ref",
     .version = "reference",
     .caps = QS_CAP_QUANT_DELAYED | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_MXFP8 | QS_CAP_QUANT_BLOCK |
-            QS_CAP_QUANT_NVFP4 | QS_CAP_DEQUANT | QS_CAP_GEMM_TENSOR | QS_CAP_GEMM_BLOCK |
-            QS_CAP_GEMM_MX | QS_CAP_GEMM_NVFP4 | QS_CAP_DIST | QS_CAP_SDPA | QS_CAP_GDN,
+            QS_CAP_QUANT_NVFP4 | QS_CAP_QUANT_ROWWISE | QS_CAP_DEQUANT | QS_CAP_GEMM_TENSOR |
+            QS_CAP_GEMM_BLOCK | QS_CAP_GEMM_MX | QS_CAP_GEMM_NVFP4 | QS_CAP_DIST | QS_CAP_SDPA |
+            QS_CAP_GDN,
     .quantize = ref_quantize,
     .dequantize = ref_dequantize,
     .gemm = ref_gemm,
@@ -383,6 +384,8 @@ static const struct {
     [QS_RECIPE_MXFP8] = {QS_CAP_QUANT_MXFP8, "QS_CAP_QUANT_MXFP8"},
     [QS_RECIPE_BLOCK] = {QS_CAP_QUANT_BLOCK, "QS_CAP_QUANT_BLOCK"},
     [QS_RECIPE_NVFP4] = {QS_CAP_QUANT_NVFP4, "QS_CAP_QUANT_NVFP4"},
+    [QS_RECIPE_ROWWISE] = {QS_CAP_QUANT_ROWWISE, "QS_CAP_QUANT_ROWWISE"},
+    [QS_RECIPE_ROWWISE_GW_HP] = {QS_CAP_QUANT_ROWWISE, "QS_CAP_QUANT_ROWWISE"},
 };
 
 qs_status qsi_k_quantize(qs_ctx *ctx, qs_quantizer *q, const qs_tensor *x, qs_quantized *out)

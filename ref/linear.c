@@ -44,6 +44,14 @@ static const struct {
      {{QS_GEMM_ACC_FP32_SEQ, 0}, {QS_GEMM_ACC_FP32_SEQ, 0}, {QS_GEMM_ACC_FP32_SEQ, 0}}},
     {QS_RECIPE_NVFP4,
      {{QS_GEMM_ACC_FP32_SEQ, 0}, {QS_GEMM_ACC_FP32_SEQ, 0}, {QS_GEMM_ACC_FP32_SEQ, 0}}},
+    /* torchao: output with fast accumulation, grad_input and grad_weight without; the
+     * high-precision wgrad of rowwise_with_gw_hp is a BF16 GEMM, FP32 accumulation */
+    {QS_RECIPE_ROWWISE,
+     {{QS_GEMM_ACC_HOPPER_FP8_TC, 0},
+      {QS_GEMM_ACC_HOPPER_FP8_TC, 128},
+      {QS_GEMM_ACC_HOPPER_FP8_TC, 128}}},
+    {QS_RECIPE_ROWWISE_GW_HP,
+     {{QS_GEMM_ACC_HOPPER_FP8_TC, 0}, {QS_GEMM_ACC_HOPPER_FP8_TC, 128}, {QS_GEMM_ACC_FP32_SEQ, 0}}},
 };
 
 qs_gemm_acc qs_linear_default_acc(qs_recipe_kind kind, qs_linear_gemm g)
@@ -80,6 +88,9 @@ static const struct {
     {QS_RECIPE_BLOCK, QS_GEMM_SCALE_BLOCK_1X128, 128, 128, 1},
     {QS_RECIPE_MXFP8, QS_GEMM_SCALE_MX, 32, 0, 0},
     {QS_RECIPE_NVFP4, QS_GEMM_SCALE_NVFP4, 16, 16, 1},
+    /* axiswise: one scale per row, handed to an operand view as 1x128 groups that repeat it */
+    {QS_RECIPE_ROWWISE, QS_GEMM_SCALE_BLOCK_1X128, 128, 0, 1},
+    {QS_RECIPE_ROWWISE_GW_HP, QS_GEMM_SCALE_BLOCK_1X128, 128, 0, 1},
 };
 
 static int layout_index(qs_recipe_kind kind)
@@ -96,6 +107,8 @@ static int layout_index(qs_recipe_kind kind)
 static size_t scale_index(const qs_quantized *qz, qs_direction dir, int li, int64_t r, int64_t g)
 {
     int64_t sc = qz->scale[dir].shape[1];
+    if (qsi_recipe_is_axiswise(layouts[li].kind)) /* [REC-AX-LAYOUT]: [rows, 1] or [1] */
+        return qz->scale[dir].ndim == 1 ? 0 : (size_t)r;
     if (layouts[li].kind == QS_RECIPE_MXFP8 && dir == QS_DIR_COL)
         return (size_t)(g * sc + r); /* [ceil(R/32), C]: blocks run down the columns */
     int64_t tile = qz->cfg.tile_2d && layouts[li].tile_rows ? layouts[li].tile_rows : 1;
@@ -120,7 +133,10 @@ static void view_values(const qs_quantized *qz, qs_direction dir, int li, qs_lin
             int64_t i = dir == QS_DIR_ROW ? r : k, j = dir == QS_DIR_ROW ? k : r;
             size_t at = (dir == QS_DIR_COL && layouts[li].col_transposed) ? (size_t)(j * R + i)
                                                                           : (size_t)(i * C + j);
-            o->values[r * o->k + k] = qs_decode_f32(qz->elem, qsi_code_get(&qz->data[dir], at));
+            const qs_tensor *d = &qz->data[dir]; /* FP32: the high-precision copy [REC-AX-GWHP] */
+            o->values[r * o->k + k] = d->dtype == QS_FP32
+                                          ? qsi_f32_get(d, at)
+                                          : qs_decode_f32(d->dtype, qsi_code_get(d, at));
         }
     }
 }
@@ -257,14 +273,121 @@ static qs_status check_out_dtype(qs_ctx *ctx, qs_dtype dt)
     return QS_OK;
 }
 
+/* ------------------------------------------------------------ axiswise GEMMs */
+
+/* [GEMM-LIN-AX-OPERAND]: a copy of the axiswise recipes as an operand of the gemm slot —
+ * its codes (or, for the high-precision copy, its FP32 values) with unit tensor scaling —
+ * and its decode scale per operand row (a tensorwise copy repeats its one scale). */
+typedef struct ax_view {
+    qs_gemm_coded_operand op;
+    int64_t rows, k;
+    float *scale; /* rows entries */
+} ax_view;
+
+static qs_status ax_view_from(qs_ctx *ctx, const qs_quantized *qz, qs_direction dir, ax_view *v)
+{
+    memset(v, 0, sizeof *v);
+    if (qz->data[dir].dtype == QS_DTYPE_INVALID || !qz->data[dir].data || !qz->scale[dir].data)
+        return qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                            "linear: the %s copy of the quantized tensor was not produced",
+                            dir == QS_DIR_ROW ? "rowwise" : "columnwise");
+    v->rows = qz->data[dir].shape[0]; /* every copy is stored [rows of the copy, k] */
+    v->k = qz->data[dir].shape[1];
+    v->op.scaling = qz->data[dir].dtype == QS_FP32 ? QS_GEMM_SCALE_NONE : QS_GEMM_SCALE_TENSOR;
+    v->op.data = &qz->data[dir];
+    v->op.scale = NULL;
+    v->op.tensor_scale = 1.0f;
+    v->scale = malloc((size_t)v->rows * sizeof(float));
+    if (!v->scale)
+        return qs_ctx_error(ctx, QS_ERR_NOMEM, "linear: out of memory");
+    int tensorwise = qz->scale[dir].ndim == 1;
+    for (int64_t r = 0; r < v->rows; r++)
+        v->scale[r] = qsi_f32_get(&qz->scale[dir], tensorwise ? 0 : (size_t)r);
+    return QS_OK;
+}
+
+/* Value i of a GEMM result of dtype FP32 or BF16. */
+static float result_value(const qs_tensor *t, size_t i)
+{
+    return t->dtype == QS_BF16 ? qs_bf16_to_f32(((const uint16_t *)t->data)[i])
+                               : ((const float *)t->data)[i];
+}
+
+/* Stores value i (a BF16 value, or any value for FP32/FP16) into a result of dtype dt. */
+static void store_value(qs_tensor *t, size_t i, float v)
+{
+    if (t->dtype == QS_BF16)
+        ((uint16_t *)t->data)[i] = qs_f32_to_bf16(v);
+    else if (t->dtype == QS_FP16)
+        ((uint16_t *)t->data)[i] = qs_f32_to_f16(v);
+    else
+        ((float *)t->data)[i] = v;
+}
+
+/* One GEMM of the axiswise recipes. [GEMM-LIN-AX-FPROP] (fprop, torch's rowwise kernel):
+ * z = the slot's FP32 result, y = bf16(fl(fl(z * sb[n]) * sa[m])). [GEMM-LIN-AX-POST]
+ * (dgrad; wgrad of rowwise: torchao scales after a unit-scaled BF16 GEMM): p = the slot's
+ * BF16 result, y = bf16(fl(p * fl(sa[m] * sb[n]))). [GEMM-LIN-AX-GWHP] (wgrad of
+ * rowwise_with_gw_hp): the slot's result over the high-precision copies, rounded to dt.
+ * Then y is converted to dt (exact for FP32; BF16 to FP16 rounds). */
+static qs_status axiswise_gemm(qs_ctx *ctx, qs_linear_gemm g, const qs_quantized *qa,
+                               qs_direction da, const qs_quantized *qb, qs_direction db,
+                               qs_gemm_acc acc, qs_dtype dt, qs_tensor *out)
+{
+    ax_view a, b;
+    qs_tensor p;
+    memset(&b, 0, sizeof b);
+    memset(&p, 0, sizeof p);
+    memset(out, 0, sizeof *out);
+    qs_status s = ax_view_from(ctx, qa, da, &a);
+    if (s == QS_OK)
+        s = ax_view_from(ctx, qb, db, &b);
+    if (s == QS_OK && a.k != b.k)
+        s = qs_ctx_error(ctx, QS_ERR_SHAPE, "linear: inner extents %lld and %lld differ",
+                         (long long)a.k, (long long)b.k);
+    int hp = s == QS_OK && a.op.scaling == QS_GEMM_SCALE_NONE;
+    if (s == QS_OK && hp != (b.op.scaling == QS_GEMM_SCALE_NONE))
+        s = qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                         "linear: %s pairs a high-precision copy with a quantized one",
+                         qs_linear_gemm_name(g));
+    if (s == QS_OK && hp) { /* [GEMM-LIN-AX-GWHP] */
+        s = qsi_k_gemm(ctx, &a.op, &b.op, a.rows, b.rows, a.k, acc, dt, out);
+        free(a.scale);
+        free(b.scale);
+        return s;
+    }
+    int fprop = g == QS_LINEAR_FPROP;
+    if (s == QS_OK)
+        s = qsi_k_gemm(ctx, &a.op, &b.op, a.rows, b.rows, a.k, acc, fprop ? QS_FP32 : QS_BF16, &p);
+    int64_t shape[2] = {a.rows, b.rows};
+    if (s == QS_OK)
+        s = qs_tensor_alloc(ctx, out, dt, 2, shape);
+    for (int64_t m = 0; s == QS_OK && m < a.rows; m++) {
+        for (int64_t n = 0; n < b.rows; n++) {
+            size_t i = (size_t)(m * b.rows + n);
+            float z = result_value(&p, i);
+            float y = fprop ? (z * b.scale[n]) * a.scale[m] : z * (a.scale[m] * b.scale[n]);
+            store_value(out, i, qs_round_bf16(y));
+        }
+    }
+    qs_tensor_free(&p);
+    free(a.scale);
+    free(b.scale);
+    if (s != QS_OK)
+        qs_tensor_free(out);
+    return s;
+}
+
 /* One GEMM over two quantized copies [GEMM-LIN-FPROP] [GEMM-LIN-DGRAD] [GEMM-LIN-WGRAD]. */
-static qs_status quantized_gemm(qs_ctx *ctx, const qs_quantized *qa, qs_direction da,
-                                const qs_quantized *qb, qs_direction db, qs_gemm_acc acc,
-                                qs_dtype dt, qs_tensor *out)
+static qs_status quantized_gemm(qs_ctx *ctx, qs_linear_gemm g, const qs_quantized *qa,
+                                qs_direction da, const qs_quantized *qb, qs_direction db,
+                                qs_gemm_acc acc, qs_dtype dt, qs_tensor *out)
 {
     coded_view a, b;
     memset(&b, 0, sizeof b);
     qs_status s = check_out_dtype(ctx, dt);
+    if (s == QS_OK && qsi_recipe_is_axiswise(qa->cfg.kind))
+        return axiswise_gemm(ctx, g, qa, da, qb, db, acc, dt, out);
     if (s == QS_OK)
         s = coded_view_from(ctx, qa, da, &a);
     else
@@ -333,8 +456,8 @@ qs_status qs_linear_forward(qs_ctx *ctx, const qs_linear_options *opt, qs_quanti
         s = qsi_k_quantize(ctx, qw, w, wq);
     /* [GEMM-LIN-FPROP]: Y = X W^T reads the rowwise copies of X and W. */
     if (s == QS_OK)
-        s = quantized_gemm(ctx, xq, QS_DIR_ROW, wq, QS_DIR_ROW, opt->acc[QS_LINEAR_FPROP],
-                           opt->out_dtype, y);
+        s = quantized_gemm(ctx, QS_LINEAR_FPROP, xq, QS_DIR_ROW, wq, QS_DIR_ROW,
+                           opt->acc[QS_LINEAR_FPROP], opt->out_dtype, y);
     if (s != QS_OK) {
         qs_quantized_free(xq);
         qs_quantized_free(wq);
@@ -368,12 +491,12 @@ qs_status qs_linear_backward(qs_ctx *ctx, const qs_linear_options *opt, qs_quant
     s = qsi_k_quantize(ctx, qdy, dy, &dyq);
     /* [GEMM-LIN-DGRAD]: dX = dY W reads dY rowwise and W columnwise (W^T, k along N). */
     if (s == QS_OK)
-        s = quantized_gemm(ctx, &dyq, QS_DIR_ROW, wq, QS_DIR_COL, opt->acc[QS_LINEAR_DGRAD],
-                           opt->out_dtype, dx);
+        s = quantized_gemm(ctx, QS_LINEAR_DGRAD, &dyq, QS_DIR_ROW, wq, QS_DIR_COL,
+                           opt->acc[QS_LINEAR_DGRAD], opt->out_dtype, dx);
     /* [GEMM-LIN-WGRAD]: dW = dY^T X reads dY and X columnwise (k along M). */
     if (s == QS_OK)
-        s = quantized_gemm(ctx, &dyq, QS_DIR_COL, xq, QS_DIR_COL, opt->acc[QS_LINEAR_WGRAD],
-                           opt->out_dtype, dw);
+        s = quantized_gemm(ctx, QS_LINEAR_WGRAD, &dyq, QS_DIR_COL, xq, QS_DIR_COL,
+                           opt->acc[QS_LINEAR_WGRAD], opt->out_dtype, dw);
     qs_quantized_free(&dyq);
     if (s != QS_OK) {
         qs_tensor_free(dx);

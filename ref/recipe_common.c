@@ -1,7 +1,7 @@
 /* recipe_common.c: what every recipe of spec/recipes.md shares — input decoding, amax,
  * code access, the quantizer object, dispatch to the per-recipe files, the logical and
  * padded layouts, and dequantization. The configuration is in ref/recipe_config.c; the
- * per-recipe arithmetic in ref/recipe_{delayed,current,mxfp8,block,nvfp4}.c. */
+ * per-recipe arithmetic in ref/recipe_{delayed,current,mxfp8,block,nvfp4,axiswise}.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,8 +258,19 @@ static qs_status call_nvfp4(qs_ctx *ctx, qs_quantizer *q, const qsi_input *in, q
     return qsi_quantize_nvfp4(ctx, q, in, out);
 }
 
-static const quantize_fn quantize_table[QS_RECIPE_COUNT] = {qsi_quantize_delayed, call_current,
-                                                            call_mxfp8, call_block, call_nvfp4};
+static qs_status call_axiswise(qs_ctx *ctx, qs_quantizer *q, const qsi_input *in, qs_quantized *out)
+{
+    return qsi_quantize_axiswise(ctx, q, in, out);
+}
+
+static const quantize_fn quantize_table[QS_RECIPE_COUNT] = {
+    [QS_RECIPE_DELAYED] = qsi_quantize_delayed,
+    [QS_RECIPE_CURRENT] = call_current,
+    [QS_RECIPE_MXFP8] = call_mxfp8,
+    [QS_RECIPE_BLOCK] = call_block,
+    [QS_RECIPE_NVFP4] = call_nvfp4,
+    [QS_RECIPE_ROWWISE] = call_axiswise,
+    [QS_RECIPE_ROWWISE_GW_HP] = call_axiswise};
 
 qs_status qs_quantize(qs_ctx *ctx, qs_quantizer *q, const qs_tensor *x, qs_quantized *out)
 {
@@ -288,13 +299,17 @@ qs_status qs_quantize(qs_ctx *ctx, qs_quantizer *q, const qs_tensor *x, qs_quant
 
 /* ------------------------------------------------------------------ layouts */
 
-/* Block length and scale dtype per recipe [REC-LAYOUT]; 0 for tensorwise. */
+/* Block length and scale dtype per recipe [REC-LAYOUT]; 0 for tensorwise, -1 for one
+ * block per row of the copy (axiswise [REC-AX-LAYOUT]). */
 static const struct {
     int64_t block;
     qs_dtype scale;
     int col_transposed;
 } layout_table[QS_RECIPE_COUNT] = {
-    {0, QS_FP32, 1}, {0, QS_FP32, 1}, {32, QS_E8M0, 0}, {128, QS_FP32, 1}, {16, QS_E4M3, 1}};
+    [QS_RECIPE_DELAYED] = {0, QS_FP32, 1},       [QS_RECIPE_CURRENT] = {0, QS_FP32, 1},
+    [QS_RECIPE_MXFP8] = {32, QS_E8M0, 0},        [QS_RECIPE_BLOCK] = {128, QS_FP32, 1},
+    [QS_RECIPE_NVFP4] = {16, QS_E4M3, 1},        [QS_RECIPE_ROWWISE] = {-1, QS_FP32, 1},
+    [QS_RECIPE_ROWWISE_GW_HP] = {-1, QS_FP32, 1}};
 
 qs_status qs_recipe_layout(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t rows, int64_t cols,
                            qs_direction dir, qs_copy_layout *out)
@@ -312,10 +327,16 @@ qs_status qs_recipe_layout(qs_ctx *ctx, const qs_recipe_config *cfg, int64_t row
     out->data_shape[1] = c;
     out->scale_dtype = layout_table[cfg->kind].scale;
     out->scale_ndim = 2;
-    if (b == 0) { /* [REC-TW-LAYOUT] */
+    qsi_ax_copy ax = b < 0 ? qsi_axiswise_copy(cfg, dir) : QSI_AX_ROWS;
+    if (ax == QSI_AX_HP) /* [REC-AX-GWHP]: x^T as FP32 values */
+        out->data_dtype = QS_FP32;
+    if (b == 0 || ax != QSI_AX_ROWS) { /* [REC-TW-LAYOUT] */
         out->scale_ndim = 1;
         out->scale_shape[0] = 1;
         out->scale_shape[1] = 0;
+    } else if (b < 0) { /* [REC-AX-LAYOUT]: one scale per row of the copy */
+        out->scale_shape[0] = r;
+        out->scale_shape[1] = 1;
     } else if (cfg->kind == QS_RECIPE_MXFP8 && dir == QS_DIR_COL) { /* [REC-MX-LAYOUT] */
         out->scale_shape[0] = qsi_ceil_div(rows, b);
         out->scale_shape[1] = cols;
@@ -385,7 +406,7 @@ qs_status qs_quantized_check(qs_ctx *ctx, const qs_quantized *qz)
         any = 1;
         qs_copy_layout l;
         qs_status s = qs_recipe_layout(ctx, &qz->cfg, qz->rows, qz->cols, (qs_direction)d, &l);
-        if (s == QS_OK && qz->elem != l.data_dtype)
+        if (s == QS_OK && qz->elem != qs_recipe_elem_dtype(&qz->cfg))
             s = qs_ctx_error(ctx, QS_ERR_DTYPE, "element dtype %s does not match the recipe",
                              qs_dtype_name(qz->elem) ? qs_dtype_name(qz->elem) : "invalid");
         if (s == QS_OK)
@@ -406,8 +427,13 @@ qs_status qs_quantized_check(qs_ctx *ctx, const qs_quantized *qz)
 typedef void (*dequantize_fn)(const qs_quantized *qz, qs_direction dir, float *y);
 
 static const dequantize_fn dequantize_table[QS_RECIPE_COUNT] = {
-    qsi_dequantize_tensorwise, qsi_dequantize_tensorwise, qsi_dequantize_mxfp8,
-    qsi_dequantize_block, qsi_dequantize_nvfp4};
+    [QS_RECIPE_DELAYED] = qsi_dequantize_tensorwise,
+    [QS_RECIPE_CURRENT] = qsi_dequantize_tensorwise,
+    [QS_RECIPE_MXFP8] = qsi_dequantize_mxfp8,
+    [QS_RECIPE_BLOCK] = qsi_dequantize_block,
+    [QS_RECIPE_NVFP4] = qsi_dequantize_nvfp4,
+    [QS_RECIPE_ROWWISE] = qsi_dequantize_axiswise,
+    [QS_RECIPE_ROWWISE_GW_HP] = qsi_dequantize_axiswise};
 
 qs_status qs_dequantize(qs_ctx *ctx, const qs_quantized *qz, qs_direction dir, qs_tensor *y)
 {

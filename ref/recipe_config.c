@@ -11,8 +11,14 @@
 
 /* ------------------------------------------------------------------ names */
 
-static const char *const kind_names[QS_RECIPE_COUNT] = {"delayed", "current", "mxfp8", "block",
-                                                        "nvfp4"};
+static const char *const kind_names[QS_RECIPE_COUNT] = {[QS_RECIPE_DELAYED] = "delayed",
+                                                        [QS_RECIPE_CURRENT] = "current",
+                                                        [QS_RECIPE_MXFP8] = "mxfp8",
+                                                        [QS_RECIPE_BLOCK] = "block",
+                                                        [QS_RECIPE_NVFP4] = "nvfp4",
+                                                        [QS_RECIPE_ROWWISE] = "rowwise",
+                                                        [QS_RECIPE_ROWWISE_GW_HP] =
+                                                            "rowwise_with_gw_hp"};
 static const char *const role_names[QS_ROLE_COUNT] = {"input", "weight", "output", "grad_output",
                                                       "grad_input"};
 static const char *const roll_names[QS_DS_ROLL_COUNT] = {"fused", "unfused"};
@@ -109,13 +115,15 @@ qs_status qs_recipe_config_default(qs_ctx *ctx, qs_recipe_config *cfg, qs_recipe
     cfg->role = role;
     cfg->rowwise = 1;
     cfg->columnwise = 1;
-    cfg->format = kind == QS_RECIPE_BLOCK ? QS_FP8_E4M3 : QS_FP8_HYBRID;
+    int axiswise = kind == QS_RECIPE_ROWWISE || kind == QS_RECIPE_ROWWISE_GW_HP;
+    /* [REC-AX-ELEM]: torchao's rowwise recipes cast gradients to E4M3 too */
+    cfg->format = kind == QS_RECIPE_BLOCK || axiswise ? QS_FP8_E4M3 : QS_FP8_HYBRID;
     cfg->history_len = 1024;
     cfg->algo = QS_AMAX_MAX;
     cfg->margin = 0;
     cfg->roll = QS_DS_ROLL_FUSED;
     cfg->eps = 0.0f;
-    cfg->pow2 = kind == QS_RECIPE_BLOCK;
+    cfg->pow2 = kind == QS_RECIPE_BLOCK || axiswise; /* [REC-AX-POW2] */
     cfg->mx_elem = QS_E4M3;
     cfg->mx_rule = QS_MX_RULE_TE;
     cfg->nv_variant = QS_NV_TE;
@@ -131,7 +139,8 @@ enum {
     K_MX = 1 << QS_RECIPE_MXFP8,
     K_BL = 1 << QS_RECIPE_BLOCK,
     K_NV = 1 << QS_RECIPE_NVFP4,
-    K_ALL = K_DS | K_CS | K_MX | K_BL | K_NV
+    K_AX = (1 << QS_RECIPE_ROWWISE) | (1 << QS_RECIPE_ROWWISE_GW_HP),
+    K_ALL = K_DS | K_CS | K_MX | K_BL | K_NV | K_AX
 };
 
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v)
@@ -305,13 +314,13 @@ static const struct {
     {"role", K_ALL, set_role, "input|weight|output|grad_output|grad_input"},
     {"rowwise", K_ALL, set_rowwise, "0|1"},
     {"columnwise", K_ALL, set_columnwise, "0|1"},
-    {"format", K_DS | K_CS | K_BL, set_format, "hybrid|e4m3|e5m2"},
+    {"format", K_DS | K_CS | K_BL | K_AX, set_format, "hybrid|e4m3|e5m2"},
     {"history", K_DS, set_history, "an integer 1..16777216"},
     {"algo", K_DS, set_algo, "max|most_recent"},
     {"margin", K_DS, set_margin, "an integer -64..64"},
     {"roll", K_DS, set_roll, "fused|unfused"},
     {"eps", K_CS | K_BL, set_eps, "a finite number >= 0"},
-    {"pow2", K_CS | K_BL, set_pow2, "0|1"},
+    {"pow2", K_CS | K_BL | K_AX, set_pow2, "0|1"},
     {"elem", K_MX, set_elem, "e4m3|e5m2"},
     {"rule", K_MX, set_rule, "te|ocp"},
     {"tile", K_BL | K_NV, set_tile, "1d|2d"},

@@ -59,6 +59,17 @@ qs_status qsi_quantize_block(qs_ctx *ctx, const qs_quantizer *q, const qsi_input
                              qs_quantized *out);
 qs_status qsi_quantize_nvfp4(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
                              qs_quantized *out);
+qs_status qsi_quantize_axiswise(qs_ctx *ctx, const qs_quantizer *q, const qsi_input *in,
+                                qs_quantized *out);
+/* How a copy of the axiswise recipes is scaled [REC-AX-LAYOUT] [REC-AX-GWHP]. */
+typedef enum qsi_ax_copy {
+    QSI_AX_ROWS = 0, /* one FP32 scale per row of the copy, FP8 codes */
+    QSI_AX_TENSOR,   /* one FP32 scale for the tensor, FP8 codes (gw_hp weight, columnwise) */
+    QSI_AX_HP        /* the values themselves as FP32, scale 1 (gw_hp x and dY, columnwise) */
+} qsi_ax_copy;
+qsi_ax_copy qsi_axiswise_copy(const qs_recipe_config *cfg, qs_direction dir);
+/* Whether kind is one of torchao's axiswise recipes (rowwise, rowwise_with_gw_hp). */
+int qsi_recipe_is_axiswise(qs_recipe_kind kind);
 /* NVFP4's tensor amaxes of in under cfg [REC-NV-GLOBAL]: amax[QS_DIR_ROW] over x, amax[QS_DIR_COL]
  * over x^T after the Hadamard transform when rht (the one amax of x for 2-D tiles); 0 for a copy
  * cfg does not produce. qsi_quantize_nvfp4 is qsi_quantize_nvfp4_amax with these; the
@@ -74,6 +85,7 @@ void qsi_dequantize_tensorwise(const qs_quantized *qz, qs_direction dir, float *
 void qsi_dequantize_mxfp8(const qs_quantized *qz, qs_direction dir, float *y);
 void qsi_dequantize_block(const qs_quantized *qz, qs_direction dir, float *y);
 void qsi_dequantize_nvfp4(const qs_quantized *qz, qs_direction dir, float *y);
+void qsi_dequantize_axiswise(const qs_quantized *qz, qs_direction dir, float *y);
 
 /* The random Hadamard transform of NVFP4 [REC-NV-RHT]: groups of 16 consecutive values of
  * v (stride 1), in place or not, each output rounded to BF16. n must be a multiple of 16. */

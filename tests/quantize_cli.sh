@@ -70,6 +70,21 @@ expect_status "quantize current --pow2 1 --columnwise 0" 0 "$QSPEC" quantize --r
 expect_true "no columnwise files without the copy" test ! -e "$T/cs2/col_data.npy"
 expect_status "dequantize current pow2" 0 "$QSPEC" dequantize --in "$T/cs2" --out "$T/cs2.npy"
 expect_bytes "pow2 dequantization is exact" "$T/cs2.npy" 16 "00 00 80 3f 00 00 00 c0 00 00 40 40 00 00 00 3f"
+
+# [REC-AX-ROW] [REC-AX-COL] [REC-AX-LAYOUT] [REC-AX-GWHP] [REC-CLI-FILES]: the same [[1,-2],[3,0.5]]
+# under rowwise: rows amax 2 and 3, columns 3 and 2, every scale 128 (decode 2^-7)
+expect_status "quantize rowwise succeeds" 0 "$QSPEC" quantize --recipe rowwise --in "$T/cs.npy" --out "$T/ax"
+expect_out "rowwise: one scale per row of each copy" "^rowwise: \[2,2\] -> e4m3, row \[2,2\] scale fp32 \[2,1\], col \[2,2\] scale fp32 \[2,1\] -> "
+expect_bytes "rowwise: codes 0x70 0xf8 0x7c 0x68" "$T/ax/row_data.npy" 4 "70 f8 7c 68"
+expect_bytes "rowwise: columnwise codes of x^T" "$T/ax/col_data.npy" 4 "70 7c f8 68"
+expect_bytes "rowwise: decode scales 2^-7" "$T/ax/row_scale.npy" 8 "00 00 00 3c 00 00 00 3c"
+expect_true "rowwise: meta.txt records the format" grep -q '^format e4m3$' "$T/ax/meta.txt"
+expect_status "dequantize rowwise, columnwise copy" 0 "$QSPEC" dequantize --in "$T/ax" --dir col --out "$T/ax.npy"
+expect_bytes "rowwise dequantization is exact here" "$T/ax.npy" 16 "00 00 80 3f 00 00 00 c0 00 00 40 40 00 00 00 3f"
+expect_status "quantize rowwise_with_gw_hp input" 0 "$QSPEC" quantize --recipe rowwise_with_gw_hp --in "$T/cs.npy" --out "$T/gw"
+expect_bytes "gw_hp: the columnwise copy is x^T in FP32" "$T/gw/col_data.npy" 16 "00 00 80 3f 00 00 40 40 00 00 00 c0 00 00 00 3f"
+expect_usage "rowwise takes no eps" "$QSPEC" quantize --recipe rowwise --eps 1e-6 --in "$T/cs.npy" --out "$T/bad"
+expect_err "names the option and the recipe" "recipe option 'eps' does not apply to recipe rowwise"
 # [REC-NV-GLOBAL] [REC-CLI-FILES]: nvfp4 writes global_scale (S_dec of each copy)
 npy "$T/nv.npy" '<f4' '(1, 16)' 40C00000 C0400000 40200000 3FA00000 $(zeros 12)
 expect_status "quantize nvfp4 succeeds" 0 "$QSPEC" quantize --recipe nvfp4 --rht 0 --in "$T/nv.npy" --out "$T/nv"

@@ -1184,6 +1184,55 @@ START_TEST(test_block_scales_are_local_and_match_the_unsharded_where_aligned)
 }
 END_TEST
 
+START_TEST(test_axiswise_scales_are_local_and_rows_match_the_unsharded)
+{
+    /* [DIST-BLOCK-LOCAL] [DIST-COUNT] [REC-AX-ROW] [REC-AX-GWHP]: under a group the rowwise
+     * recipes reduce nothing; each rank's copies are its shard quantized alone, and its
+     * rowwise copy (one scale per row) is those rows of the unsharded quantization. */
+    int n = NRANKS(_i);
+    static const struct {
+        qs_recipe_kind kind;
+        qs_tensor_role role;
+    } cases[] = {{QS_RECIPE_ROWWISE, QS_ROLE_INPUT}, {QS_RECIPE_ROWWISE_GW_HP, QS_ROLE_WEIGHT}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t M = 24 * n, K = 40;
+        qs_tensor X, xs[QS_DIST_MAX_RANKS];
+        const qs_tensor *px[QS_DIST_MAX_RANKS];
+        make_bf16(&X, M, K, 900 + c, 9);
+        split(&X, n, xs, px);
+        qs_recipe_config cfg = config(cases[c].kind, cases[c].role);
+        qs_quantizer q0;
+        qs_quantized whole;
+        ck_assert_int_eq(qs_quantizer_init(NULL, &q0, &cfg), QS_OK);
+        ck_assert_int_eq(qs_quantize(NULL, &q0, &X, &whole), QS_OK);
+        qs_dist_world w;
+        make_world(&w, n);
+        qs_scope_token tok[QS_DIST_MAX_RANKS];
+        enter(&w, cases[c].kind, 1, tok);
+        qs_quantized out[QS_DIST_MAX_RANKS];
+        ck_assert_int_eq(qs_dist_quantize(NULL, &w, &cfg, px, out, NULL), QS_OK);
+        ck_assert_int_eq(qs_dist_world_group(&w, 1)->reductions, 0);
+        for (int r = 0; r < n; r++) {
+            qs_quantized alone;
+            ck_assert_int_eq(qs_quantize(NULL, &q0, px[r], &alone), QS_OK);
+            assert_same_quantized(&out[r], &alone, "rank vs alone");
+            qs_quantized_free(&alone);
+            assert_rows_equal(&out[r].data[QS_DIR_ROW], &whole.data[QS_DIR_ROW], 24 * r,
+                              "row codes");
+            assert_rows_equal(&out[r].scale[QS_DIR_ROW], &whole.scale[QS_DIR_ROW], 24 * r,
+                              "row scales");
+            qs_quantized_free(&out[r]);
+        }
+        leave(&w, tok);
+        qs_dist_world_free(&w);
+        qs_quantized_free(&whole);
+        qs_quantizer_free(&q0);
+        free_parts(xs, n);
+        qs_tensor_free(&X);
+    }
+}
+END_TEST
+
 START_TEST(test_nvfp4_tensor_amaxes_are_reduced_as_one_vector)
 {
     int n = NRANKS(_i);
@@ -1461,6 +1510,7 @@ static Suite *distributed_suite(void)
     tcase_add_loop_test(tc, test_ranks_that_disagree_on_the_group_are_rejected, 0, 4);
     tcase_add_loop_test(tc, test_block_scales_are_local_and_match_the_unsharded_where_aligned, 0,
                         4);
+    tcase_add_loop_test(tc, test_axiswise_scales_are_local_and_rows_match_the_unsharded, 0, 4);
     tcase_add_loop_test(tc, test_nvfp4_tensor_amaxes_are_reduced_as_one_vector, 0, 4);
     tcase_add_loop_test(tc, test_nvfp4_shards_encode_with_the_unsharded_tensor_scale, 0, 4);
     tcase_add_loop_test(tc, test_nvfp4_stochastic_rounding_index_is_shard_local, 0, 4);

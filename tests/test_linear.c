@@ -242,6 +242,163 @@ START_TEST(test_quantized_linear_is_close_to_double_and_not_bitwise_hp)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- torchao's axiswise recipes */
+
+/* A BF16 tensor of small integers (exact products and sums in FP32). */
+static void make_ints(qs_tensor *t, int64_t rows, int64_t cols, int seed)
+{
+    int64_t shape[2] = {rows, cols};
+    ck_assert_int_eq(qs_tensor_alloc(NULL, t, QS_BF16, 2, shape), QS_OK);
+    for (size_t i = 0; i < t->numel; i++)
+        ((uint16_t *)t->data)[i] =
+            qs_f32_to_bf16((float)((int)((i * 5 + i / 7 + (size_t)seed * 3) % 13) - 6));
+}
+
+/* Decoded code (r, c) of a copy stored [rows of the copy, k], and the row's decode scale. */
+static double ax_code(const qs_quantized *qz, qs_direction d, int64_t r, int64_t c)
+{
+    const qs_tensor *t = &qz->data[d];
+    return (double)qs_decode_f32(t->dtype, ((const uint8_t *)t->data)[r * t->shape[1] + c]);
+}
+
+static float ax_scale(const qs_quantized *qz, qs_direction d, int64_t r)
+{
+    const float *s = qz->scale[d].data;
+    return qz->scale[d].ndim == 1 ? s[0] : s[r];
+}
+
+static void ax_quantizers(lin_setup *l, qs_recipe_kind kind, int pow2)
+{
+    lin_init(l, kind);
+    const char *v = pow2 ? "1" : "0";
+    ck_assert_int_eq(qs_recipe_config_set(NULL, &l->qx.cfg, "pow2", v), QS_OK);
+    ck_assert_int_eq(qs_recipe_config_set(NULL, &l->qw.cfg, "pow2", v), QS_OK);
+    ck_assert_int_eq(qs_recipe_config_set(NULL, &l->qdy.cfg, "pow2", v), QS_OK);
+}
+
+START_TEST(test_axiswise_linear_applies_scales_after_the_gemm)
+{
+    /* [GEMM-LIN-AX-OPERAND] [GEMM-LIN-AX-FPROP] [GEMM-LIN-AX-POST] [GEMM-LIN-AX-GWHP]
+     * [GEMM-LIN-AX-OUT]: with pow2=0 (scales not powers of two) and the exact model (integer
+     * codes: every sum is exact), typed from the rules: fprop bf16((z * sb[n]) * sa[m]); dgrad
+     * and rowwise wgrad bf16(bf16(p) * (sa * sb)), whose first BF16 rounding these inputs
+     * observe (an FP32 product instead fails); the rowwise_with_gw_hp wgrad is the BF16
+     * linear's dW, and its dgrad reads W's one scale. (The order of fprop's two products
+     * moves an FP32 ulp at most, which the BF16 rounding hides here.) */
+    enum { M = 16, K = 8, N = 12 };
+    qs_tensor x, w, dy;
+    make_ints(&x, M, K, 1);
+    make_ints(&w, N, K, 2);
+    make_ints(&dy, M, N, 3);
+    for (int kind = QS_RECIPE_ROWWISE; kind <= QS_RECIPE_ROWWISE_GW_HP; kind++) {
+        lin_setup l;
+        ax_quantizers(&l, (qs_recipe_kind)kind, 0);
+        qs_linear_options opt;
+        qs_linear_options_default(&opt, (qs_recipe_kind)kind);
+        for (int g = 0; g < QS_LINEAR_GEMM_COUNT; g++)
+            opt.acc[g] = (qs_gemm_acc){QS_GEMM_ACC_EXACT, 0};
+        qs_tensor y, dx, dw, hdx, hdw;
+        qs_quantized xq, wq, dyq;
+        ck_assert_int_eq(qs_linear_forward(NULL, &opt, &l.qx, &l.qw, &x, &w, &y, &xq, &wq), QS_OK);
+        ck_assert_int_eq(qs_linear_backward(NULL, &opt, &l.qdy, &dy, &xq, &wq, &dx, &dw), QS_OK);
+        ck_assert_int_eq(qs_quantize(NULL, &l.qdy, &dy, &dyq), QS_OK);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double z = 0;
+                for (int k = 0; k < K; k++)
+                    z += ax_code(&xq, QS_DIR_ROW, m, k) * ax_code(&wq, QS_DIR_ROW, n, k);
+                float want = qs_round_bf16(((float)z * ax_scale(&wq, QS_DIR_ROW, n)) *
+                                           ax_scale(&xq, QS_DIR_ROW, m));
+                ck_assert_float_eq(elem(&y, (size_t)(m * N + n)), want);
+            }
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) {
+                double p = 0;
+                for (int n = 0; n < N; n++)
+                    p += ax_code(&dyq, QS_DIR_ROW, m, n) * ax_code(&wq, QS_DIR_COL, k, n);
+                float s = ax_scale(&dyq, QS_DIR_ROW, m) * ax_scale(&wq, QS_DIR_COL, k);
+                float want = qs_round_bf16(qs_round_bf16((float)p) * s);
+                ck_assert_float_eq(elem(&dx, (size_t)(m * K + k)), want);
+            }
+        if (kind == QS_RECIPE_ROWWISE) {
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < K; k++) {
+                    double p = 0;
+                    for (int m = 0; m < M; m++)
+                        p += ax_code(&dyq, QS_DIR_COL, n, m) * ax_code(&xq, QS_DIR_COL, k, m);
+                    float s = ax_scale(&dyq, QS_DIR_COL, n) * ax_scale(&xq, QS_DIR_COL, k);
+                    float want = qs_round_bf16(qs_round_bf16((float)p) * s);
+                    ck_assert_float_eq(elem(&dw, (size_t)(n * K + k)), want);
+                }
+        } else {
+            ck_assert_int_eq(wq.scale[QS_DIR_COL].ndim, 1); /* W tensorwise for dgrad */
+            ck_assert_int_eq(qs_linear_hp_backward(NULL, &dy, &x, &w, &hdx, &hdw), QS_OK);
+            ck_assert_mem_eq(dw.data, hdw.data, dw.nbytes);
+            ck_assert_msg(memcmp(dx.data, hdx.data, dx.nbytes) != 0, "dgrad is not quantized");
+            qs_tensor_free(&hdx);
+            qs_tensor_free(&hdw);
+        }
+        qs_tensor_free(&y);
+        qs_tensor_free(&dx);
+        qs_tensor_free(&dw);
+        qs_quantized_free(&xq);
+        qs_quantized_free(&wq);
+        qs_quantized_free(&dyq);
+        lin_free(&l);
+    }
+    qs_tensor_free(&x);
+    qs_tensor_free(&w);
+    qs_tensor_free(&dy);
+}
+END_TEST
+
+START_TEST(test_axiswise_default_models_and_fp32_output_holds_bf16)
+{
+    /* [GEMM-LIN-ACC-DEFAULT] [GEMM-LIN-AX-OUT]: torchao's models (fast fprop, split dgrad and
+     * wgrad; the gw_hp wgrad fp32_seq); an FP32 output of the rowwise fprop and dgrad holds
+     * the BF16 result of the BF16 run, bit for bit. */
+    qs_gemm_acc f = qs_linear_default_acc(QS_RECIPE_ROWWISE, QS_LINEAR_FPROP);
+    qs_gemm_acc d = qs_linear_default_acc(QS_RECIPE_ROWWISE_GW_HP, QS_LINEAR_DGRAD);
+    qs_gemm_acc w = qs_linear_default_acc(QS_RECIPE_ROWWISE_GW_HP, QS_LINEAR_WGRAD);
+    ck_assert(f.kind == QS_GEMM_ACC_HOPPER_FP8_TC && f.promote_every == 0);
+    ck_assert(d.kind == QS_GEMM_ACC_HOPPER_FP8_TC && d.promote_every == 128);
+    ck_assert(w.kind == QS_GEMM_ACC_FP32_SEQ);
+    ck_assert_int_eq(qs_linear_default_acc(QS_RECIPE_ROWWISE, QS_LINEAR_WGRAD).promote_every, 128);
+    qs_tensor x, wt, dy;
+    make_bf16(&x, LM, LK, 21);
+    make_bf16(&wt, LN, LK, 22);
+    make_bf16(&dy, LM, LN, 23);
+    qs_tensor y[2], dx[2], dw[2];
+    for (int o = 0; o < 2; o++) {
+        lin_setup l;
+        lin_init(&l, QS_RECIPE_ROWWISE);
+        qs_linear_options opt;
+        qs_linear_options_default(&opt, QS_RECIPE_ROWWISE);
+        opt.out_dtype = o ? QS_FP32 : QS_BF16;
+        qs_quantized xq, wq;
+        ck_assert_int_eq(qs_linear_forward(NULL, &opt, &l.qx, &l.qw, &x, &wt, &y[o], &xq, &wq),
+                         QS_OK);
+        ck_assert_int_eq(qs_linear_backward(NULL, &opt, &l.qdy, &dy, &xq, &wq, &dx[o], &dw[o]),
+                         QS_OK);
+        qs_quantized_free(&xq);
+        qs_quantized_free(&wq);
+        lin_free(&l);
+    }
+    for (size_t i = 0; i < y[0].numel; i++)
+        ck_assert_float_eq(elem(&y[0], i), elem(&y[1], i));
+    for (size_t i = 0; i < dx[0].numel; i++)
+        ck_assert_float_eq(elem(&dx[0], i), elem(&dx[1], i));
+    for (int o = 0; o < 2; o++) {
+        qs_tensor_free(&y[o]);
+        qs_tensor_free(&dx[o]);
+        qs_tensor_free(&dw[o]);
+    }
+    qs_tensor_free(&x);
+    qs_tensor_free(&wt);
+    qs_tensor_free(&dy);
+}
+END_TEST
+
 START_TEST(test_hybrid_is_e4m3_forward_e5m2_gradient_and_roles_are_checked)
 {
     /* [GEMM-LIN-HYBRID]: delayed scaling, HYBRID: the saved X and W copies are E4M3, the
@@ -361,6 +518,8 @@ int main(void)
     tcase_add_test(tc, test_quantized_linear_is_close_to_double_and_not_bitwise_hp);
     tcase_add_test(tc, test_hybrid_is_e4m3_forward_e5m2_gradient_and_roles_are_checked);
     tcase_add_test(tc, test_hp_backward_matches_finite_differences_in_double);
+    tcase_add_test(tc, test_axiswise_linear_applies_scales_after_the_gemm);
+    tcase_add_test(tc, test_axiswise_default_models_and_fp32_output_holds_bf16);
     suite_add_tcase(s, tc);
     return qst_run(s);
 }

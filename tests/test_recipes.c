@@ -1209,6 +1209,160 @@ START_TEST(test_nv_sr_mean_is_unbiased)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ axiswise (torchao) */
+
+/* [REC-AX-SCALE] [REC-AX-POW2]: torchao's amax_to_scale, values typed from the rule: the
+ * binary64 eps 1e-12, 448/3 rounded once, the power of two at or below, 0 for Inf. */
+START_TEST(test_ax_scale_rule_known_answers)
+{
+    ASSERT_BITS(qs_axiswise_scale_from_amax(0.0f, 448.0f, 0), 0x57CBBA10u); /* fl32(448/1e-12) */
+    ASSERT_BITS(qs_axiswise_scale_from_amax(0.0f, 448.0f, 1), 0x57800000u); /* 2^48 */
+    ASSERT_BITS(qs_axiswise_scale_from_amax(1e-13f, 448.0f, 1), 0x57800000u);
+    ASSERT_BITS(qs_axiswise_scale_from_amax(1.0f, 448.0f, 0), 0x43E00000u); /* 448 */
+    ASSERT_BITS(qs_axiswise_scale_from_amax(1.0f, 448.0f, 1), 0x43800000u); /* 256 */
+    ASSERT_BITS(qs_axiswise_scale_from_amax(3.0f, 448.0f, 0), 0x43155555u); /* 149.33 */
+    ASSERT_BITS(qs_axiswise_scale_from_amax(3.0f, 448.0f, 1), 0x43000000u); /* 128 */
+    ASSERT_BITS(qs_axiswise_scale_from_amax(448.0f, 448.0f, 1), 0x3F800000u);
+    ASSERT_BITS(qs_axiswise_scale_from_amax(449.0f, 448.0f, 1), 0x3F000000u);
+    ASSERT_BITS(qs_axiswise_scale_from_amax(1.0f, 57344.0f, 1), 0x47000000u); /* E5M2: 2^15 */
+    ASSERT_BITS(qs_axiswise_scale_from_amax(INFINITY, 448.0f, 1), 0x00000000u);
+    ck_assert(isnan(qs_axiswise_scale_from_amax(NAN, 448.0f, 1)));
+    /* 448 / 0x3FE00001 = 255.99998: the exact floor is 128 (torch's float32 log2 gives 256) */
+    ASSERT_BITS(qs_axiswise_scale_from_amax(f32_from(0x3FE00001u), 448.0f, 0), 0x437FFFFFu);
+    ASSERT_BITS(qs_axiswise_scale_from_amax(f32_from(0x3FE00001u), 448.0f, 1), 0x43000000u);
+}
+END_TEST
+
+/* [REC-AX-ROW] [REC-AX-COL] [REC-AX-LAYOUT] [REC-AX-ELEM]: a 2x4 input by hand. Row 0
+ * [1,-2,3,0.5]: amax 3, s = 128, codes 128 0x70, -256 0xF8, 384 0x7C, 64 0x68; row 1 zeros:
+ * s = 2^48. Columns [1,0], [-2,0], [3,0], [0.5,0]: s = 256, 128, 128, 512. */
+START_TEST(test_ax_rowwise_known_answer_both_copies)
+{
+    float v[8] = {1.0f, -2.0f, 3.0f, 0.5f, 0.0f, 0.0f, 0.0f, 0.0f};
+    qs_tensor x = make_bf16(2, 4, v);
+    qs_quantized z;
+    quant(QS_RECIPE_ROWWISE, QS_ROLE_INPUT, NULL, &x, &z);
+    ck_assert_int_eq(z.elem, QS_E4M3);
+    ASSERT_SHAPE(&z.data[QS_DIR_ROW], 2, 4);
+    ASSERT_SHAPE(&z.scale[QS_DIR_ROW], 2, 1);
+    ASSERT_SHAPE(&z.data[QS_DIR_COL], 4, 2);
+    ASSERT_SHAPE(&z.scale[QS_DIR_COL], 4, 1);
+    const uint32_t row[8] = {0x70, 0xF8, 0x7C, 0x68, 0, 0, 0, 0};
+    for (int i = 0; i < 8; i++)
+        ASSERT_CODE(&z.data[QS_DIR_ROW], i, row[i]);
+    ASSERT_BITS(f32_at(&z.scale[QS_DIR_ROW], 0), 0x3C000000u); /* 2^-7 */
+    ASSERT_BITS(f32_at(&z.scale[QS_DIR_ROW], 1), 0x27800000u); /* 2^-48 */
+    const uint32_t col[8] = {0x78, 0, 0xF8, 0, 0x7C, 0, 0x78, 0};
+    for (int i = 0; i < 8; i++)
+        ASSERT_CODE(&z.data[QS_DIR_COL], i, col[i]);
+    const uint32_t col_s[4] = {0x3B800000u, 0x3C000000u, 0x3C000000u, 0x3B000000u};
+    for (int i = 0; i < 4; i++)
+        ASSERT_BITS(f32_at(&z.scale[QS_DIR_COL], i), col_s[i]);
+    qs_tensor y;
+    ck_assert_int_eq(qs_dequantize(NULL, &z, QS_DIR_COL, &y), QS_OK); /* [REC-DEQ-AX] */
+    for (int i = 0; i < 8; i++)
+        ASSERT_BITS(f32_at(&y, i), f32_bits(v[i]));
+    qs_tensor_free(&y);
+    qs_quantized_free(&z);
+    qs_tensor_free(&x);
+}
+END_TEST
+
+/* [REC-AX-AMAX] [REC-AX-SCALE] [REC-AX-ELEM]: a NaN makes its whole row NaN (scale NaN);
+ * an Inf gives scale 0, so finite values become signed zeros and the Inf NaN, and the
+ * decode scale is +Inf. Columns: [NaN, Inf] is NaN; [1, -1] has s = 256. */
+START_TEST(test_ax_nan_row_and_inf_row)
+{
+    float v[4] = {NAN, 1.0f, INFINITY, -1.0f};
+    qs_tensor x = make_f32(2, 2, v);
+    qs_quantized z;
+    quant(QS_RECIPE_ROWWISE, QS_ROLE_INPUT, NULL, &x, &z);
+    const uint32_t row[4] = {0x7F, 0x7F, 0x7F, 0x80};
+    for (int i = 0; i < 4; i++)
+        ASSERT_CODE(&z.data[QS_DIR_ROW], i, row[i]);
+    ck_assert(isnan(f32_at(&z.scale[QS_DIR_ROW], 0)));
+    ASSERT_BITS(f32_at(&z.scale[QS_DIR_ROW], 1), 0x7F800000u);
+    const uint32_t col[4] = {0x7F, 0x7F, 0x78, 0xF8};
+    for (int i = 0; i < 4; i++)
+        ASSERT_CODE(&z.data[QS_DIR_COL], i, col[i]);
+    ASSERT_BITS(f32_at(&z.scale[QS_DIR_COL], 1), 0x3B800000u);
+    qs_quantized_free(&z);
+    qs_tensor_free(&x);
+}
+END_TEST
+
+/* [REC-AX-GWHP]: under rowwise_with_gw_hp the weight's columnwise copy has one scale (amax 3
+ * of the whole 2x4 input above: s = 128, decode 2^-7), and the input's columnwise copy is x^T
+ * as FP32 values with scale 1; the rowwise copies are rowwise's. */
+START_TEST(test_ax_gwhp_weight_tensorwise_and_input_high_precision)
+{
+    float v[8] = {1.0f, -2.0f, 3.0f, 0.5f, 0.0f, 0.0f, 0.0f, 0.0f};
+    qs_tensor x = make_bf16(2, 4, v);
+    qs_quantized w, in, plain;
+    quant(QS_RECIPE_ROWWISE_GW_HP, QS_ROLE_WEIGHT, NULL, &x, &w);
+    quant(QS_RECIPE_ROWWISE_GW_HP, QS_ROLE_INPUT, NULL, &x, &in);
+    quant(QS_RECIPE_ROWWISE, QS_ROLE_WEIGHT, NULL, &x, &plain);
+    ck_assert_int_eq(w.scale[QS_DIR_COL].ndim, 1);
+    ASSERT_BITS(f32_at(&w.scale[QS_DIR_COL], 0), 0x3C000000u);
+    ASSERT_BITS(w.global_enc[QS_DIR_COL], 0x43000000u);
+    ASSERT_BITS(w.amax[QS_DIR_COL], 0x40400000u); /* 3 */
+    const uint32_t col[8] = {0x70, 0, 0xF8, 0, 0x7C, 0, 0x68, 0};
+    for (int i = 0; i < 8; i++)
+        ASSERT_CODE(&w.data[QS_DIR_COL], i, col[i]);
+    ck_assert_int_eq(in.data[QS_DIR_COL].dtype, QS_FP32);
+    ASSERT_SHAPE(&in.data[QS_DIR_COL], 4, 2);
+    for (int k = 0; k < 4; k++)
+        for (int m = 0; m < 2; m++)
+            ASSERT_BITS(f32_at(&in.data[QS_DIR_COL], k * 2 + m), f32_bits(v[m * 4 + k]));
+    ASSERT_BITS(f32_at(&in.scale[QS_DIR_COL], 0), 0x3F800000u);
+    ck_assert_mem_eq(w.data[QS_DIR_ROW].data, plain.data[QS_DIR_ROW].data, 8);
+    ck_assert_mem_eq(w.scale[QS_DIR_ROW].data, plain.scale[QS_DIR_ROW].data, 8);
+    qs_tensor y;
+    ck_assert_int_eq(qs_dequantize(NULL, &in, QS_DIR_COL, &y), QS_OK);
+    for (int i = 0; i < 8; i++)
+        ASSERT_BITS(f32_at(&y, i), f32_bits(v[i]));
+    qs_tensor_free(&y);
+    qs_quantized_free(&w);
+    qs_quantized_free(&in);
+    qs_quantized_free(&plain);
+    qs_tensor_free(&x);
+}
+END_TEST
+
+/* [REC-AX-POW2] [REC-AX-ELEM] [REC-DEFAULTS] [REC-OPTIONS]: pow2=0 keeps 448/3 and reaches
+ * the top code 0x7E; format=e5m2 gives 57344/3 -> 2^14 and 3*2^14 = 0x7A; gradients are
+ * E4M3 by default; eps is not an option of these recipes. */
+START_TEST(test_ax_options_pow2_format_and_defaults)
+{
+    float v[4] = {3.0f, 1.0f, 0.0f, 0.0f};
+    qs_tensor x = make_bf16(1, 4, v);
+    qs_quantized z;
+    const char *nopow2[] = {"pow2", "0", NULL};
+    quant(QS_RECIPE_ROWWISE, QS_ROLE_INPUT, nopow2, &x, &z);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 0, 0x7E);
+    ASSERT_BITS(f32_at(&z.scale[QS_DIR_ROW], 0), f32_bits(1.0f / f32_from(0x43155555u)));
+    qs_quantized_free(&z);
+    const char *e5m2[] = {"format", "e5m2", NULL};
+    quant(QS_RECIPE_ROWWISE, QS_ROLE_INPUT, e5m2, &x, &z);
+    ck_assert_int_eq(z.elem, QS_E5M2);
+    ASSERT_CODE(&z.data[QS_DIR_ROW], 0, 0x7A);
+    qs_quantized_free(&z);
+    qs_recipe_config c;
+    ck_assert_int_eq(
+        qs_recipe_config_default(NULL, &c, QS_RECIPE_ROWWISE_GW_HP, QS_ROLE_GRAD_OUTPUT), QS_OK);
+    ck_assert_int_eq(qs_recipe_elem_dtype(&c), QS_E4M3);
+    ck_assert_int_eq(c.pow2, 1);
+    ck_assert_str_eq(qs_recipe_kind_name(QS_RECIPE_ROWWISE_GW_HP), "rowwise_with_gw_hp");
+    ck_assert_int_eq(qs_recipe_kind_from_name("rowwise"), QS_RECIPE_ROWWISE);
+    qs_ctx *ctx = qs_ctx_new();
+    ck_assert_int_eq(qs_recipe_config_set(ctx, &c, "eps", "1e-6"), QS_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(
+        strstr(qs_ctx_errmsg(ctx), "does not apply to recipe rowwise_with_gw_hp"));
+    qs_ctx_free(ctx);
+    qs_tensor_free(&x);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ round trip */
 
 /* [REC-DEQ-ROUNDTRIP]: when every block holds the top code, quantize(dequantize(Q)) = Q.
@@ -1264,6 +1418,8 @@ START_TEST(test_roundtrip_every_recipe)
     roundtrip_case(QS_RECIPE_BLOCK, QS_ROLE_WEIGHT, NULL, 32, 7.0f, 0x7E);
     roundtrip_case(QS_RECIPE_NVFP4, QS_ROLE_INPUT, nv, 16, 5.0f, 0x7);
     roundtrip_case(QS_RECIPE_NVFP4, QS_ROLE_WEIGHT, NULL, 16, 5.0f, 0x7);
+    roundtrip_case(QS_RECIPE_ROWWISE, QS_ROLE_INPUT, NULL, 32, 3.5f, 0x7E); /* [REC-DEQ-AX] */
+    roundtrip_case(QS_RECIPE_ROWWISE_GW_HP, QS_ROLE_WEIGHT, NULL, 32, 3.5f, 0x7E);
 }
 END_TEST
 
@@ -1337,7 +1493,8 @@ START_TEST(test_bad_inputs_and_options_are_named)
 }
 END_TEST
 
-/* [REC-LAYOUT] [REC-TW-LAYOUT] [REC-MX-LAYOUT] [REC-BLK-1D-COL] [REC-BLK-2D-COL] [REC-NV-2D-COL]:
+/* [REC-LAYOUT] [REC-TW-LAYOUT] [REC-MX-LAYOUT] [REC-BLK-1D-COL] [REC-BLK-2D-COL] [REC-NV-2D-COL]
+ * [REC-AX-LAYOUT] [REC-AX-GWHP]:
  * the logical layouts of a 40x20 input, typed from the spec. */
 START_TEST(test_layouts_of_a_40x20_input)
 {
@@ -1359,6 +1516,12 @@ START_TEST(test_layouts_of_a_40x20_input)
         {QS_RECIPE_NVFP4, QS_ROLE_INPUT, QS_DIR_ROW, QS_E2M1, 40, 20, QS_E4M3, 2, 40, 2},
         {QS_RECIPE_NVFP4, QS_ROLE_INPUT, QS_DIR_COL, QS_E2M1, 20, 40, QS_E4M3, 2, 20, 3},
         {QS_RECIPE_NVFP4, QS_ROLE_WEIGHT, QS_DIR_COL, QS_E2M1, 20, 40, QS_E4M3, 2, 2, 3},
+        {QS_RECIPE_ROWWISE, QS_ROLE_INPUT, QS_DIR_ROW, QS_E4M3, 40, 20, QS_FP32, 2, 40, 1},
+        {QS_RECIPE_ROWWISE, QS_ROLE_GRAD_OUTPUT, QS_DIR_COL, QS_E4M3, 20, 40, QS_FP32, 2, 20, 1},
+        {QS_RECIPE_ROWWISE_GW_HP, QS_ROLE_WEIGHT, QS_DIR_COL, QS_E4M3, 20, 40, QS_FP32, 1, 1, 0},
+        {QS_RECIPE_ROWWISE_GW_HP, QS_ROLE_INPUT, QS_DIR_COL, QS_FP32, 20, 40, QS_FP32, 1, 1, 0},
+        {QS_RECIPE_ROWWISE_GW_HP, QS_ROLE_GRAD_OUTPUT, QS_DIR_ROW, QS_E4M3, 40, 20, QS_FP32, 2, 40,
+         1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         qs_recipe_config c;
@@ -1496,6 +1659,13 @@ static Suite *recipes_suite(void)
     tcase_add_test(nv, test_nv_sr_same_seed_same_bits);
     tcase_add_test(nv, test_nv_sr_mean_is_unbiased);
     suite_add_tcase(s, nv);
+    TCase *ax = tcase_create("axiswise");
+    tcase_add_test(ax, test_ax_scale_rule_known_answers);
+    tcase_add_test(ax, test_ax_rowwise_known_answer_both_copies);
+    tcase_add_test(ax, test_ax_nan_row_and_inf_row);
+    tcase_add_test(ax, test_ax_gwhp_weight_tensorwise_and_input_high_precision);
+    tcase_add_test(ax, test_ax_options_pow2_format_and_defaults);
+    suite_add_tcase(s, ax);
     TCase *rt = tcase_create("roundtrip");
     tcase_add_test(rt, test_roundtrip_every_recipe);
     tcase_add_test(rt, test_roundtrip_delayed_fixed_scale);

@@ -52,6 +52,9 @@ extern "C" {
 #define QS_CAP_SDPA (UINT64_C(1) << 13)
 /* The gdn_fwd and gdn_bwd slots (Gated DeltaNet, spec/attention.md [GDN-*]). */
 #define QS_CAP_GDN (UINT64_C(1) << 14)
+/* The quantize slot takes torchao's axiswise recipes, rowwise and rowwise_with_gw_hp
+ * (spec/recipes.md [REC-AX-*]); their GEMMs need QS_CAP_GEMM_TENSOR only ([GEMM-LIN-AX-*]). */
+#define QS_CAP_QUANT_ROWWISE (UINT64_C(1) << 15)
 
 /* The most bytes of a distributed run's id (dist_id). */
 #define QS_DIST_ID_MAX 256

@@ -1,5 +1,6 @@
 /* recipe.h: the quantization recipes of spec/recipes.md — delayed and current tensorwise
- * FP8 scaling, MXFP8, DeepSeek-style block FP8 and NVFP4. A qs_quantizer holds one
+ * FP8 scaling, MXFP8, DeepSeek-style block FP8, NVFP4 and torchao's axiswise (rowwise)
+ * FP8 recipes. A qs_quantizer holds one
  * tensor's configuration and (for delayed scaling) its state; qs_quantize maps a 2-D
  * BF16/FP16/FP32 tensor to codes plus scales for the requested directions, and
  * qs_dequantize maps them back to FP32. Peer variants are named options [REC-VARIANTS]. */
@@ -17,11 +18,14 @@ extern "C" {
 #endif
 
 typedef enum qs_recipe_kind {
-    QS_RECIPE_DELAYED = 0, /* tensorwise FP8, stateful [REC-DS-*] */
-    QS_RECIPE_CURRENT,     /* tensorwise FP8, stateless [REC-CS-*] */
-    QS_RECIPE_MXFP8,       /* 1x32 / 32x1 blocks, E8M0 scales [REC-MX-*] */
-    QS_RECIPE_BLOCK,       /* 1x128 or 128x128 blocks, FP32 scales [REC-BLK-*] */
-    QS_RECIPE_NVFP4,       /* 1x16 or 16x16 E2M1 blocks, E4M3 + FP32 scales [REC-NV-*] */
+    QS_RECIPE_DELAYED = 0,   /* tensorwise FP8, stateful [REC-DS-*] */
+    QS_RECIPE_CURRENT,       /* tensorwise FP8, stateless [REC-CS-*] */
+    QS_RECIPE_MXFP8,         /* 1x32 / 32x1 blocks, E8M0 scales [REC-MX-*] */
+    QS_RECIPE_BLOCK,         /* 1x128 or 128x128 blocks, FP32 scales [REC-BLK-*] */
+    QS_RECIPE_NVFP4,         /* 1x16 or 16x16 E2M1 blocks, E4M3 + FP32 scales [REC-NV-*] */
+    QS_RECIPE_ROWWISE,       /* torchao "rowwise": one FP32 scale per row of each copy [REC-AX-*] */
+    QS_RECIPE_ROWWISE_GW_HP, /* torchao "rowwise_with_gw_hp": the weight's columnwise copy
+                                tensorwise, wgrad in high precision [REC-AX-GWHP] */
     QS_RECIPE_COUNT
 } qs_recipe_kind;
 
@@ -91,9 +95,9 @@ typedef struct qs_recipe_config {
     qs_amax_algo algo;   /* default max */
     int margin;          /* m, default 0 */
     qs_ds_roll roll;     /* default fused */
-    /* current, block [REC-CS-SCALE] [REC-BLK-SCALE] */
+    /* current, block [REC-CS-SCALE] [REC-BLK-SCALE]; pow2 also rowwise [REC-AX-POW2] */
     float eps; /* amax floor, default 0 */
-    int pow2;  /* current: default 0; block: default 1 */
+    int pow2;  /* current: default 0; block, rowwise, rowwise_with_gw_hp: default 1 */
     /* mxfp8 [REC-MX-*] */
     qs_dtype mx_elem;   /* QS_E4M3 (default) or QS_E5M2 */
     qs_mx_rule mx_rule; /* default te */
@@ -127,7 +131,9 @@ typedef struct qs_quantizer {
 
 /* The result of a quantization [REC-LAYOUT]. Scales are decode multipliers throughout:
  * tensorwise FP32 scale_inv [1]; mxfp8 E8M0 codes; block FP32 scale_inv per block; nvfp4
- * E4M3 block decode scales. Tensors of a direction not produced have dtype INVALID. */
+ * E4M3 block decode scales; rowwise FP32 scale_inv [rows of the copy, 1] (the weight's
+ * columnwise copy under rowwise_with_gw_hp: tensorwise [1]). Tensors of a direction not produced
+ * have dtype INVALID. */
 typedef struct qs_quantized {
     qs_recipe_config cfg; /* the configuration that produced it */
     qs_dtype elem;        /* element code dtype: E4M3, E5M2 or E2M1 */
@@ -136,7 +142,8 @@ typedef struct qs_quantized {
     qs_tensor scale[QS_DIR_COUNT];
     float amax[QS_DIR_COUNT]; /* tensorwise and nvfp4 global amax (col: post-RHT) */
     /* tensorwise: the scale used and its inverse; nvfp4: S_enc and S_dec per direction
-     * (te) or the per-tensor scale amax/2688 in global_dec (torchao) */
+     * (te) or the per-tensor scale amax/2688 in global_dec (torchao); rowwise: 0, except
+     * the tensorwise copy of rowwise_with_gw_hp, which records as tensorwise ones do */
     float global_enc[QS_DIR_COUNT];
     float global_dec[QS_DIR_COUNT];
 } qs_quantized;
@@ -202,6 +209,10 @@ qs_status qs_tensor_amax(qs_ctx *ctx, const qs_tensor *x, float *amax);
 /* The tensorwise scale rule of current scaling, exposed for block scaling and tests
  * [REC-CS-SCALE]: eps floor, 0/Inf/NaN amax -> 1, fp8_max/amax, Inf -> value_for_inf, pow2. */
 float qs_scale_from_amax(float amax, float fp8_max, float eps, int pow2, float value_for_inf);
+/* The scale rule of torchao's axiswise and tensorwise casts, exposed for tests
+ * [REC-AX-SCALE] [REC-AX-POW2]: fl32(fp8_max / max(amax, 1e-12)) computed in binary64
+ * (a NaN amax gives NaN, an infinite one 0), then, with pow2, the power of two at or below. */
+float qs_axiswise_scale_from_amax(float amax, float fp8_max, int pow2);
 
 /* The logical layout of one copy [REC-LAYOUT]: its data and scale dtypes and shapes (a
  * tensorwise scale is 1-D [1]: scale_ndim 1, scale_shape[1] unused). */
