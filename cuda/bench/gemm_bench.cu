@@ -390,7 +390,7 @@ struct fp8_req {
     qs_dtype out;
     int fast;
     float sa, sb;
-    int block; /* 0 tensorwise; 1 a 1x128, b 1x128; 2 a 1x128, b 128x128 */
+    int block; /* 0 tensorwise; 1 a 1x128, b 1x128; 2 a 1x128, b 128x128; 3 a 128x128, b 1x128 */
     size_t ws;
     std::vector<uint8_t> a, b;   /* codes [mn, k] */
     std::vector<float> bsa, bsb; /* block scales, row-major as qs_gemm_operand holds them */
@@ -453,12 +453,12 @@ std::vector<float> gpu_fp8(const fp8_req &r)
     d.alpha = 1.0f;
     void *ssa, *ssb;
     if (r.block) {
-        std::vector<float> la = lt_scales(r.bsa, M, kb, 0),
+        std::vector<float> la = lt_scales(r.bsa, M, kb, r.block == 3),
                            lb = lt_scales(r.bsb, N, kb, r.block == 2);
         ssa = upload_bytes(la.data(), la.size() * sizeof(float));
         ssb = upload_bytes(lb.data(), lb.size() * sizeof(float));
         d.a_scale_mode = r.block == 2 ? QC_LT_SCALE_BLK128 : QC_LT_SCALE_VEC128;
-        d.b_scale_mode = QC_LT_SCALE_VEC128;
+        d.b_scale_mode = r.block == 3 ? QC_LT_SCALE_BLK128 : QC_LT_SCALE_VEC128;
     } else {
         ssa = upload_bytes(&r.sa, sizeof(float));
         ssb = upload_bytes(&r.sb, sizeof(float));
@@ -603,7 +603,7 @@ struct bexp {
     const char *name;
     int64_t k;
     int spread;
-    int block; /* 1 VEC128 x VEC128, 2 VEC128 x BLK128 */
+    int block; /* 1 VEC128 x VEC128, 2 VEC128 x BLK128, 3 BLK128 x VEC128 (a x b) */
     int scal;  /* 0 all scales 1, 1 random powers of two, 2 random non-powers of two */
     qs_dtype out;
     size_t ws;
@@ -624,6 +624,9 @@ const bexp bexps[] = {
     {"v_k4096_rand", 4096, 0, 1, 2, QS_FP32, 0},
     {"b_k1024_rand", 1024, 0, 2, 2, QS_FP32, 0},
     {"b_k4096_rand", 4096, 0, 2, 2, QS_FP32, 0},
+    {"t_k1024_rand", 1024, 0, 3, 2, QS_FP32, 0},
+    {"t_k4096_rand", 4096, 0, 3, 2, QS_FP32, 0},
+    {"v_k4096_rand_ws", 4096, 0, 1, 2, QS_FP32, QC_LT_WORKSPACE},
 };
 
 const char *const bupd_names[] = {
@@ -757,7 +760,8 @@ void block_experiment(const char *dir, int analyze)
         r.a = random_fp8((size_t)(mn * e.k), 10 + (uint64_t)e.k, e.spread, QS_E4M3);
         r.b = random_fp8((size_t)(mn * e.k), 20 + (uint64_t)e.k, e.spread, QS_E4M3);
         int64_t kb = e.k / 128;
-        r.bsa = exp_scales((size_t)(mn * kb), 30 + (uint64_t)e.k, e.scal);
+        r.bsa = exp_scales((size_t)((e.block == 3 ? mn / 128 : mn) * kb), 30 + (uint64_t)e.k,
+                           e.scal);
         r.bsb = exp_scales((size_t)((e.block == 2 ? mn / 128 : mn) * kb), 40 + (uint64_t)e.k,
                            e.scal);
         char path[1024];
@@ -792,7 +796,7 @@ void block_experiment(const char *dir, int analyze)
                         float acc = 0.0f;
                         for (int64_t j = 0; j < np; j++) {
                             int64_t g = j * w / 128;
-                            float sa = r.bsa[(size_t)(m * kb + g)];
+                            float sa = r.bsa[(size_t)((e.block == 3 ? m / 128 : m) * kb + g)];
                             float sb = r.bsb[(size_t)((e.block == 2 ? n / 128 : n) * kb + g)];
                             acc = exp_update(upd, acc, P[(size_t)((m * c + n) * np + j)], sa, sb);
                         }
