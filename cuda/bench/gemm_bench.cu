@@ -429,6 +429,8 @@ void *upload_bytes(const void *p, size_t n)
     return d;
 }
 
+int g_note_algo; /* gpu_fp8 prints the algorithm cuBLASLt picked */
+
 /* The GPU's y (FP32 values; BF16 outputs widened exactly), all mn x mn. */
 std::vector<float> gpu_fp8(const fp8_req &r)
 {
@@ -468,6 +470,11 @@ std::vector<float> gpu_fp8(const fp8_req &r)
     d.b_scale = ssa;
     qc_lt_plan p;
     CHECK_QS(qc_lt_plan_init(&p, g_h, d, r.ws, why, sizeof why));
+    if (g_note_algo) {
+        char note[128];
+        algo_note(p, note, sizeof note);
+        printf("  cuBLASLt: %s\n", note);
+    }
     CHECK_QS(qc_lt_plan_run(&p, g_h, db, da, dd, r.ws ? g_ws : nullptr, r.ws, 0, why, sizeof why));
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<float> y((size_t)(M * N));
@@ -775,7 +782,9 @@ void block_experiment(const char *dir, int analyze)
             }
             fclose(f);
         } else {
+            g_note_algo = 1;
             std::vector<float> yg = gpu_fp8(r);
+            g_note_algo = 0;
             for (int64_t m = 0; m < c; m++)
                 for (int64_t n = 0; n < c; n++)
                     yc[(size_t)(m * c + n)] = yg[(size_t)(m * mn + n)];
