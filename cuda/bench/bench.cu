@@ -119,6 +119,14 @@ void k_blk2d_both(const bench_ctx &c, const buffers &b)
     CHECK(qc_block_2d(input(c, b), p, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
 }
 
+/* The rowwise kernels with four chunks a lane (qc_rows_unroll). */
+template <kernel_fn F> void unroll4(const bench_ctx &c, const buffers &b)
+{
+    qc_rows_unroll = 4;
+    F(c, b);
+    qc_rows_unroll = 2;
+}
+
 struct entry {
     const char *name;
     kernel_fn f;
@@ -242,6 +250,7 @@ int verify_fast_paths(bench_ctx &c)
     void *wide;
     CHECK(cudaMalloc(&wide, static_cast<size_t>(n) * 4));
     int failures = 0, runs = 0;
+    for (int unroll = 2; unroll <= 4; unroll += 2)
     for (int dt = 0; dt < 3; dt++) {
         qc_input in = {c.set[0].x, QC_IN_BF16, c.M, c.K};
         if (dt != QC_IN_BF16) {
@@ -253,11 +262,14 @@ int verify_fast_paths(bench_ctx &c)
         }
         for (const job &j : jobs)
             for (int v = 0; v < j.nvariants; v++) {
+                qc_rows_unroll = unroll;
                 size_t bad = compare_paths(in, c.set[1], c.set[2], n, j.fn, v);
+                qc_rows_unroll = 2;
                 runs++;
                 if (bad) {
                     failures++;
-                    printf("verify: %s dtype %d variant %d: %zu bytes differ\n", j.name, dt, v, bad);
+                    printf("verify: %s dtype %d variant %d, %d chunks a lane: %zu bytes differ\n",
+                           j.name, dt, v, unroll, bad);
                 }
             }
     }
@@ -368,6 +380,10 @@ int main(int argc, char **argv)
         {"block 1x128 rowwise", k_blk1d_row, 3.0 + 4.0 / 128},
         {"block 1x128 row+col(T)", k_blk1d_both, 4.0 + 8.0 / 128},
         {"block 128x128 row+col(T)", k_blk2d_both, 4.0},
+        {"delayed rowwise, 4 chunks/lane", unroll4<k_delayed_row>, 3.0},
+        {"current rowwise, 4 chunks/lane", unroll4<k_current_row>, 5.0},
+        {"mxfp8 rowwise, 4 chunks/lane", unroll4<k_mx_row>, 3.0 + 1.0 / 32},
+        {"block 1x128 rowwise, 4 chunks/lane", unroll4<k_blk1d_row>, 3.0 + 4.0 / 128},
     };
     printf("device: %s, %d SMs, L2 %d MiB; input %lldx%lld bf16 (%.1f MB), %d rotated sets\n",
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)c.M,
