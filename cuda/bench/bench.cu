@@ -359,7 +359,17 @@ int main(int argc, char **argv)
     for (int i = 0; i < kRot; i++)
         alloc_set(c.set[i], n, 0x9E3779B9u * (i + 1));
     CHECK(cudaDeviceSynchronize());
-    int verify_failures = only ? 0 : verify_fast_paths(c);
+    /* The self-check runs on the leading 2048 x 4096 (or smaller) of the buffers: every
+     * fast path is shape-generic above its alignment, and the smaller copy-back keeps the
+     * 216 comparisons to seconds. */
+    bench_ctx v = c;
+    v.M = std::min<int64_t>(c.M, 2048);
+    v.K = std::min<int64_t>(c.K, 4096);
+    int verify_failures = 0;
+    if (!only) {
+        printf("verify on %lld x %lld\n", (long long)v.M, (long long)v.K);
+        verify_failures = verify_fast_paths(v);
+    }
     for (int i = 0; i < kRot; i++) /* the benchmark runs on the unplanted inputs */
         bench_fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(c.set[i].x, static_cast<size_t>(n),
                                                                  0x9E3779B9u * (i + 1));
