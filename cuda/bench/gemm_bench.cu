@@ -507,7 +507,10 @@ std::vector<float> model_fp8(const fp8_req &r, int64_t c)
         th.emplace_back([&, t]() {
             int64_t r0 = c * t / nt, r1 = c * (t + 1) / nt;
             qs_gemm_operand oa, ob;
-            if (r.block) {
+            if (r.block == 3) { /* the corner (c <= 128 rows) lies in a's first tile row */
+                oa = {va.data() + r0 * K, QS_GEMM_SCALE_BLOCK_128X128, r.bsa.data(), 1.0f, r.ta};
+                ob = {vb.data(), QS_GEMM_SCALE_BLOCK_1X128, r.bsb.data(), 1.0f, r.tb};
+            } else if (r.block) {
                 oa = {va.data() + r0 * K, QS_GEMM_SCALE_BLOCK_1X128, r.bsa.data() + r0 * kb, 1.0f,
                       r.ta};
                 ob = {vb.data(),
@@ -571,7 +574,7 @@ void agreement_row(int64_t mn, int64_t k, int spread, qs_dtype ta, qs_dtype tb, 
     r.b = random_fp8((size_t)(mn * k), 20 + (uint64_t)k, spread, tb);
     int64_t kb = (k + 127) / 128;
     if (block) {
-        r.bsa = random_scales((size_t)(mn * kb), 30 + (uint64_t)k);
+        r.bsa = random_scales((size_t)((block == 3 ? (mn + 127) / 128 : mn) * kb), 30 + (uint64_t)k);
         r.bsb =
             random_scales((size_t)((block == 2 ? (mn + 127) / 128 : mn) * kb), 40 + (uint64_t)k);
     }
@@ -587,6 +590,7 @@ void agreement_row(int64_t mn, int64_t k, int spread, qs_dtype ta, qs_dtype tb, 
         }
     const char *scal = block == 1                   ? "VEC128 x VEC128"
                        : block == 2                 ? "VEC128 x BLK128"
+                       : block == 3                 ? "BLK128 x VEC128"
                        : (sa == 1.0f && sb == 1.0f) ? "tensor, 1 x 1"
                                                     : "tensor, 0.75 x 1.375";
     printf("| %4lld | %4lld | %-6s | %-4s x %-4s | %-16s | %-4s | %-5s | %-6s | %8.4f | %8.0f |\n",
@@ -869,7 +873,7 @@ void agreement()
             }
     for (int spread = 0; spread <= 1; spread++)
         for (int64_t K : K2)
-            for (int block = 1; block <= 2; block++) {
+            for (int block = 1; block <= 3; block++) {
                 agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_FP32, 0, 1.0f, 1.0f, block, 0);
                 agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_BF16, 0, 1.0f, 1.0f, block,
                               QC_LT_WORKSPACE);
