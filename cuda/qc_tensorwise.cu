@@ -6,6 +6,7 @@
 
 int qc_force_generic = 0;
 int qc_rows_unroll = 2;
+int qc_tile_blocks = 2;
 
 namespace qc {
 namespace {

@@ -270,9 +270,8 @@ __device__ __forceinline__ void tile128_transposed(const fast_args &a, const uin
 /* Both copies of the 128x128 tile (blockIdx.y, blockIdx.x) of an [M, K] input, M and K
  * multiples of 128. The columnwise copy is transposed ([K, M]) except for MXFP8 ([M, K]).
  * Either copy may be absent (NULL data). */
-template <int DT, int E5, int KIND, int RULE>
-__global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2)
-    tile128(qc_input in, fast_args a)
+template <int DT, int E5, int KIND, int RULE, int MINB>
+__global__ void __launch_bounds__(256, MINB) tile128(qc_input in, fast_args a)
 {
     __shared__ tile_smem sm;
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -462,7 +461,12 @@ cudaError_t launch_tile(const qc_input &in, const fast_args &a)
     dim3 grid(static_cast<unsigned>(in.cols / 128), static_cast<unsigned>(in.rows / 128));
     if (grid.x == 0 || grid.y == 0)
         return cudaSuccess;
-    tile128<DT, E5, KIND, RULE><<<grid, 256>>>(in, a);
+    if constexpr (KIND == K_TW || KIND == K_B2)
+        tile128<DT, E5, KIND, RULE, 3><<<grid, 256>>>(in, a);
+    else if (qc_tile_blocks == 3)
+        tile128<DT, E5, KIND, RULE, 3><<<grid, 256>>>(in, a);
+    else
+        tile128<DT, E5, KIND, RULE, 2><<<grid, 256>>>(in, a);
     return cudaGetLastError();
 }
 

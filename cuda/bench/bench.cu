@@ -126,6 +126,13 @@ template <kernel_fn F> void unroll4(const bench_ctx &c, const buffers &b)
     F(c, b);
     qc_rows_unroll = 2;
 }
+/* The fused tile kernels compiled for three resident blocks an SM (qc_tile_blocks). */
+template <kernel_fn F> void blocks3(const bench_ctx &c, const buffers &b)
+{
+    qc_tile_blocks = 3;
+    F(c, b);
+    qc_tile_blocks = 2;
+}
 
 struct entry {
     const char *name;
@@ -250,7 +257,7 @@ int verify_fast_paths(bench_ctx &c)
     void *wide;
     CHECK(cudaMalloc(&wide, static_cast<size_t>(n) * 4));
     int failures = 0, runs = 0;
-    for (int unroll = 2; unroll <= 4; unroll += 2)
+    for (int alt = 0; alt <= 1; alt++) /* the defaults; four chunks a lane, 3 blocks an SM */
     for (int dt = 0; dt < 3; dt++) {
         qc_input in = {c.set[0].x, QC_IN_BF16, c.M, c.K};
         if (dt != QC_IN_BF16) {
@@ -262,14 +269,16 @@ int verify_fast_paths(bench_ctx &c)
         }
         for (const job &j : jobs)
             for (int v = 0; v < j.nvariants; v++) {
-                qc_rows_unroll = unroll;
+                qc_rows_unroll = alt ? 4 : 2;
+                qc_tile_blocks = alt ? 3 : 2;
                 size_t bad = compare_paths(in, c.set[1], c.set[2], n, j.fn, v);
                 qc_rows_unroll = 2;
+                qc_tile_blocks = 2;
                 runs++;
                 if (bad) {
                     failures++;
-                    printf("verify: %s dtype %d variant %d, %d chunks a lane: %zu bytes differ\n",
-                           j.name, dt, v, unroll, bad);
+                    printf("verify: %s dtype %d variant %d%s: %zu bytes differ\n", j.name, dt, v,
+                           alt ? " (4 chunks a lane, 3 blocks an SM)" : "", bad);
                 }
             }
     }
@@ -394,6 +403,8 @@ int main(int argc, char **argv)
         {"current rowwise, 4 chunks/lane", unroll4<k_current_row>, 5.0},
         {"mxfp8 rowwise, 4 chunks/lane", unroll4<k_mx_row>, 3.0 + 1.0 / 32},
         {"block 1x128 rowwise, 4 chunks/lane", unroll4<k_blk1d_row>, 3.0 + 4.0 / 128},
+        {"mxfp8 row+col fused, 3 blocks/SM", blocks3<k_mx_both>, 4.0 + 2.0 / 32},
+        {"block 1x128 row+col(T), 3 blocks/SM", blocks3<k_blk1d_both>, 4.0 + 8.0 / 128},
     };
     printf("device: %s, %d SMs, L2 %d MiB; input %lldx%lld bf16 (%.1f MB), %d rotated sets\n",
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)c.M,
