@@ -13,8 +13,16 @@
  *    VEC128 x BLK128, random non-power-of-two scales): the fraction of outputs bitwise equal
  *    to the model and the largest distance in units in the last place.
  *
+ * 3. --block: the block-scaled GEMMs (VEC128 x VEC128, VEC128 x BLK128, BF16 out) at 8192^3
+ *    and at the DeepSeek-V3 layer shapes, TFLOP/s and the algorithm cuBLASLt picked.
+ * 4. --block-experiment DIR: the block-scaled outputs against candidate promotion models
+ *    (block_experiment below), the GPU outputs kept in DIR; --block-analyze DIR repeats the
+ *    comparison from those files on a machine without a GPU.
+ * --agreement-block: of the agreement table, only the block-scaled rows.
+ *
  * It is a tool, so it links libqspec for the models. Every CUDA and cuBLASLt status is
  * checked; a failure prints the call and exits 1. Usage: gemm_bench [M N K] [--no-agreement]
+ * [--agreement-block] [--block] [--block-experiment DIR] | --block-analyze DIR
  */
 #include <cuda_runtime.h>
 
@@ -841,7 +849,7 @@ void block_experiment(const char *dir, int analyze)
     printf("\n\n");
 }
 
-void agreement()
+void agreement(int block_only)
 {
     printf("== cuBLASLt FP8 GEMMs against the reference's hopper_fp8_tc model "
            "([GEMM-ACC-HOPPER-ALIGN], [GEMM-HOPPER-EPILOGUE]); the 128 x 128 corner compared "
@@ -851,12 +859,12 @@ void agreement()
     printf("|------|------|--------|--------------|------------------|------|-------|--------"
            "|----------|----------|\n");
     const int64_t Ks[] = {32, 64, 128, 256, 1024, 4096};
-    for (int spread = 0; spread <= 1; spread++)
+    const int64_t K2[] = {1024, 4096};
+    for (int spread = 0; spread <= 1 && !block_only; spread++)
         for (int64_t K : Ks)
             for (int fast = 1; fast >= 0; fast--)
                 agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 1.0f, 1.0f, 0, 0);
-    const int64_t K2[] = {1024, 4096};
-    for (int spread = 0; spread <= 1; spread++)
+    for (int spread = 0; spread <= 1 && !block_only; spread++)
         for (int64_t K : K2)
             for (int fast = 1; fast >= 0; fast--) {
                 agreement_row(128, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 1.0f, 1.0f, 0, 0);
@@ -897,6 +905,10 @@ int main(int argc, char **argv)
             do_block = 1;
             continue;
         }
+        if (strcmp(argv[i], "--agreement-block") == 0) {
+            do_agreement = 2;
+            continue;
+        }
         if (strcmp(argv[i], "--block-analyze") == 0 && i + 1 < argc) {
             block_experiment(argv[i + 1], 1);
             return 0;
@@ -908,7 +920,7 @@ int main(int argc, char **argv)
         long long v = atoll(argv[i]);
         if (v <= 0 || v % 16 != 0 || npos >= 3) {
             fprintf(stderr, "usage: gemm_bench [M N K (multiples of 16)] [--no-agreement] [--block] "
-                            "[--block-experiment DIR] | --block-analyze DIR\n");
+                            "[--agreement-block] [--block-experiment DIR] | --block-analyze DIR\n");
             return 2;
         }
         (npos == 0 ? M : npos == 1 ? N : K) = v;
@@ -937,8 +949,9 @@ int main(int argc, char **argv)
         block_throughput();
     throughput(M, N, K, d_one);
     if (do_agreement) {
-        probes(d_one);
-        agreement();
+        if (do_agreement == 1)
+            probes(d_one);
+        agreement(do_agreement == 2);
     }
     CHECK_CUDA(cudaFree(d_one));
     CHECK_CUDA(cudaFree(g_ws));
