@@ -122,5 +122,11 @@ struct qc_dev_buf {
 /* 1: every entry point takes its generic path (the benchmark compares the fast paths of
  * aligned shapes with it); 0 (default): fast paths where the shape allows. */
 extern int qc_force_generic;
+/* Chunks of 8 elements a lane of the rowwise fast kernels takes per step: 2 (default) or 4.
+ * The outputs are the same; the benchmark times both. */
+extern int qc_rows_unroll;
+/* Resident blocks per SM the fused MXFP8 and block 1x128 tile kernels are compiled for
+ * (their register budget): 2 (default) or 3. The outputs are the same. */
+extern int qc_tile_blocks;
 
 #endif

@@ -5,6 +5,8 @@
 #include "qc_tile.cuh"
 
 int qc_force_generic = 0;
+int qc_rows_unroll = 2;
+int qc_tile_blocks = 2;
 
 namespace qc {
 namespace {

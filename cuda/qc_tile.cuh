@@ -168,24 +168,25 @@ __device__ __forceinline__ uint32_t column_word(const uint2 r[4], int j)
 
 /* The rowwise copy of an [M, K] input alone: K a multiple of the block (32 for MXFP8, 128
  * for block 1x128; 8 for tensorwise, with M*K a multiple of 8). 256 threads a block; a
- * warp takes 64 chunks a step, two a lane (both loads in flight before either is used). */
-template <int DT, int E5, int KIND, int RULE>
+ * warp takes 32 U chunks a step, U a lane (all U loads in flight before any is used). */
+template <int DT, int E5, int KIND, int RULE, int U>
 __global__ void __launch_bounds__(256) rows_vec(qc_input in, fast_args a)
 {
+    static_assert(U == 2 || U == 4, "two or four chunks a lane");
     constexpr int G = KIND == K_MX ? 4 : (KIND == K_B1 ? 16 : 1);
     const int64_t K = in.cols;
     const int64_t nchunk = in.rows * K / 8;
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * 512;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * 256 * U;
     const int lane = threadIdx.x % 32;
     float s = KIND == K_TW ? fast_tw_scale(a, E5) : 1.0f;
     float seen = 0.0f;
     /* Warp-uniform trip count: a group of G lanes is all in range or all out (nchunk and the
      * warp's step are multiples of G). */
-    for (int64_t base = static_cast<int64_t>(blockIdx.x) * 512 + (threadIdx.x / 32) * 64;
+    for (int64_t base = static_cast<int64_t>(blockIdx.x) * 256 * U + (threadIdx.x / 32) * 32 * U;
          base < nchunk; base += stride) {
-        float v[2][8];
+        float v[U][8];
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
+        for (int u = 0; u < U; u++) {
             int64_t ch = base + u * 32 + lane;
             if (ch < nchunk)
                 load8<DT>(in.x, static_cast<size_t>(ch) * 8, v[u]);
@@ -194,22 +195,30 @@ __global__ void __launch_bounds__(256) rows_vec(qc_input in, fast_args a)
                 for (int j = 0; j < 8; j++)
                     v[u][j] = 0.0f;
         }
-        /* Block 1x128: lane u of each half-warp divides for chunk set u, writes its
+        /* Block 1x128: lane u (< U) of each half-warp divides for chunk set u, writes its
          * scale_inv (m*(K/128) + k/128 = ch/16) and hands the scale to the others. */
-        float b1s[2] = {1.0f, 1.0f};
+        float b1s[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            b1s[u] = 1.0f;
         if constexpr (KIND == K_B1) {
-            uint32_t r0 = group_max<G>(fbits(amax8(0.0f, v[0])));
-            uint32_t r1 = group_max<G>(fbits(amax8(0.0f, v[1])));
-            int u = lane & 1;
-            float sinv, smine = fast_blk_scale(a.bp, E5, u ? r1 : r0, &sinv);
+            uint32_t r[U], mine = 0;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                r[u] = group_max<G>(fbits(amax8(0.0f, v[u])));
+                mine = (lane & (U - 1)) == u ? r[u] : mine;
+            }
+            int u = lane & (U - 1);
+            float sinv, smine = fast_blk_scale(a.bp, E5, mine, &sinv);
             int64_t ch = base + u * 32 + lane;
-            if (ch < nchunk && (lane & 15) < 2)
+            if (ch < nchunk && (lane & 15) < U)
                 static_cast<float *>(a.row.scale)[ch / 16] = sinv;
-            b1s[0] = __shfl_sync(0xFFFFFFFFu, smine, lane & 16);
-            b1s[1] = __shfl_sync(0xFFFFFFFFu, smine, (lane & 16) | 1);
+#pragma unroll
+            for (int j = 0; j < U; j++)
+                b1s[j] = __shfl_sync(0xFFFFFFFFu, smine, (lane & 16) | j);
         }
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
+        for (int u = 0; u < U; u++) {
             int64_t ch = base + u * 32 + lane;
             bool live = ch < nchunk;
             float am = amax8(0.0f, v[u]);
@@ -261,9 +270,8 @@ __device__ __forceinline__ void tile128_transposed(const fast_args &a, const uin
 /* Both copies of the 128x128 tile (blockIdx.y, blockIdx.x) of an [M, K] input, M and K
  * multiples of 128. The columnwise copy is transposed ([K, M]) except for MXFP8 ([M, K]).
  * Either copy may be absent (NULL data). */
-template <int DT, int E5, int KIND, int RULE>
-__global__ void __launch_bounds__(256, (KIND == K_TW || KIND == K_B2) ? 3 : 2)
-    tile128(qc_input in, fast_args a)
+template <int DT, int E5, int KIND, int RULE, int MINB>
+__global__ void __launch_bounds__(256, MINB) tile128(qc_input in, fast_args a)
 {
     __shared__ tile_smem sm;
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -428,17 +436,22 @@ inline bool fast_tile_ok(const qc_input &in)
     return !qc_force_generic && aligned16(in.x) && in.rows % 128 == 0 && in.cols % 128 == 0;
 }
 
-/* Launches rows_vec with a grid of a few waves (the walk is grid-stride). */
+/* Launches rows_vec with a grid of a few waves (the walk is grid-stride), two chunks a
+ * lane, or four when qc_rows_unroll is 4. */
 template <int DT, int E5, int KIND, int RULE>
 cudaError_t launch_rows(const qc_input &in, const fast_args &a)
 {
+    int u4 = qc_rows_unroll == 4;
     int64_t nchunk = in.rows * in.cols / 8;
-    unsigned grid = blocks_for(nchunk, 512);
+    unsigned grid = blocks_for(nchunk, u4 ? 1024 : 512);
     if (grid > 132u * 8u)
         grid = 132u * 8u;
     if (grid == 0)
         return cudaSuccess;
-    rows_vec<DT, E5, KIND, RULE><<<grid, 256>>>(in, a);
+    if (u4)
+        rows_vec<DT, E5, KIND, RULE, 4><<<grid, 256>>>(in, a);
+    else
+        rows_vec<DT, E5, KIND, RULE, 2><<<grid, 256>>>(in, a);
     return cudaGetLastError();
 }
 
@@ -448,7 +461,12 @@ cudaError_t launch_tile(const qc_input &in, const fast_args &a)
     dim3 grid(static_cast<unsigned>(in.cols / 128), static_cast<unsigned>(in.rows / 128));
     if (grid.x == 0 || grid.y == 0)
         return cudaSuccess;
-    tile128<DT, E5, KIND, RULE><<<grid, 256>>>(in, a);
+    if constexpr (KIND == K_TW || KIND == K_B2)
+        tile128<DT, E5, KIND, RULE, 3><<<grid, 256>>>(in, a);
+    else if (qc_tile_blocks == 3)
+        tile128<DT, E5, KIND, RULE, 3><<<grid, 256>>>(in, a);
+    else
+        tile128<DT, E5, KIND, RULE, 2><<<grid, 256>>>(in, a);
     return cudaGetLastError();
 }
 

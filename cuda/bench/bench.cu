@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <vector>
 
 #include <cuda_fp16.h>
@@ -116,6 +117,21 @@ void k_blk2d_both(const bench_ctx &c, const buffers &b)
 {
     qc_block_params p = {0, 0.0f, 1, 3.38953139e38f};
     CHECK(qc_block_2d(input(c, b), p, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
+}
+
+/* The rowwise kernels with four chunks a lane (qc_rows_unroll). */
+template <kernel_fn F> void unroll4(const bench_ctx &c, const buffers &b)
+{
+    qc_rows_unroll = 4;
+    F(c, b);
+    qc_rows_unroll = 2;
+}
+/* The fused tile kernels compiled for three resident blocks an SM (qc_tile_blocks). */
+template <kernel_fn F> void blocks3(const bench_ctx &c, const buffers &b)
+{
+    qc_tile_blocks = 3;
+    F(c, b);
+    qc_tile_blocks = 2;
 }
 
 struct entry {
@@ -241,6 +257,7 @@ int verify_fast_paths(bench_ctx &c)
     void *wide;
     CHECK(cudaMalloc(&wide, static_cast<size_t>(n) * 4));
     int failures = 0, runs = 0;
+    for (int alt = 0; alt <= 1; alt++) /* the defaults; four chunks a lane, 3 blocks an SM */
     for (int dt = 0; dt < 3; dt++) {
         qc_input in = {c.set[0].x, QC_IN_BF16, c.M, c.K};
         if (dt != QC_IN_BF16) {
@@ -252,11 +269,16 @@ int verify_fast_paths(bench_ctx &c)
         }
         for (const job &j : jobs)
             for (int v = 0; v < j.nvariants; v++) {
+                qc_rows_unroll = alt ? 4 : 2;
+                qc_tile_blocks = alt ? 3 : 2;
                 size_t bad = compare_paths(in, c.set[1], c.set[2], n, j.fn, v);
+                qc_rows_unroll = 2;
+                qc_tile_blocks = 2;
                 runs++;
                 if (bad) {
                     failures++;
-                    printf("verify: %s dtype %d variant %d: %zu bytes differ\n", j.name, dt, v, bad);
+                    printf("verify: %s dtype %d variant %d%s: %zu bytes differ\n", j.name, dt, v,
+                           alt ? " (4 chunks a lane, 3 blocks an SM)" : "", bad);
                 }
             }
     }
@@ -265,10 +287,80 @@ int verify_fast_paths(bench_ctx &c)
     return failures;
 }
 
+void save(const char *dir, const char *name, const void *dev, size_t n)
+{
+    std::vector<uint8_t> h(n);
+    CHECK(cudaMemcpy(h.data(), dev, n, cudaMemcpyDeviceToHost));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(h.data(), 1, n, f) != n) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+/* --dump DIR [M K]: the input (set 0's values) and the outputs of the quantizations that
+ * cuda/bench/peer.py checks its peers against, as raw little-endian files: x.bf16; MXFP8
+ * (rule te, E4M3) rowwise and columnwise codes and E8M0 scales; current scaling rowwise
+ * codes and the amax bits; delayed (scale 0.5) rowwise codes; block 1x128 with power-of-two
+ * scales and with plain scales (eps 1e-12, as torchao's kernels use), rowwise and of the
+ * transpose, codes and FP32 scale_inv; block 128x128 with plain scales. */
+int dump(const char *dir, int64_t M, int64_t K)
+{
+    buffers b;
+    int64_t n = M * K;
+    alloc_set(b, n, 0x9E3779B9u);
+    CHECK(cudaDeviceSynchronize());
+    qc_input in = {b.x, QC_IN_BF16, M, K};
+    save(dir, "x.bf16", b.x, n * 2);
+    CHECK(qc_mxfp8(in, 0, 0, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
+    save(dir, "mx_row.u8", b.row, n);
+    save(dir, "mx_row_s.u8", b.rs, n / 32);
+    save(dir, "mx_col.u8", b.col, n);
+    save(dir, "mx_col_s.u8", b.cs, n / 32);
+    qc_tw_params cur = {0, 1, 1.0f, 0.0f, 0};
+    CHECK(qc_amax(in, b.amax));
+    CHECK(qc_tensorwise(in, cur, b.amax, b.row, b.col));
+    save(dir, "cur_row.u8", b.row, n);
+    save(dir, "cur_col.u8", b.col, n);
+    save(dir, "amax.u32", b.amax, 4);
+    qc_tw_params del = {0, 0, 0.5f, 0.0f, 0};
+    CHECK(qc_tensorwise(in, del, b.amax, b.row, nullptr));
+    save(dir, "del_row.u8", b.row, n);
+    for (int pow2 = 1; pow2 >= 0; pow2--) {
+        qc_block_params p = {0, pow2 ? 0.0f : 1e-12f, pow2, 3.38953139e38f};
+        CHECK(qc_block_1d(in, p, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
+        save(dir, pow2 ? "b1p_row.u8" : "b1_row.u8", b.row, n);
+        save(dir, pow2 ? "b1p_row_s.f32" : "b1_row_s.f32", b.rs, n / 128 * 4);
+        save(dir, pow2 ? "b1p_col.u8" : "b1_col.u8", b.col, n);
+        save(dir, pow2 ? "b1p_col_s.f32" : "b1_col_s.f32", b.cs, n / 128 * 4);
+    }
+    qc_block_params p2 = {0, 1e-12f, 0, 3.38953139e38f};
+    CHECK(qc_block_2d(in, p2, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
+    save(dir, "b2_row.u8", b.row, n);
+    save(dir, "b2_row_s.f32", b.rs, (M / 128) * (K / 128) * 4);
+    save(dir, "b2_col.u8", b.col, n);
+    CHECK(cudaDeviceSynchronize());
+    printf("dump: %lld x %lld written to %s\n", (long long)M, (long long)K, dir);
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
+    if (argc > 2 && strcmp(argv[1], "--dump") == 0)
+        return dump(argv[2], argc > 4 ? atoll(argv[3]) : 1024, argc > 4 ? atoll(argv[4]) : 4096);
+    /* --only NAME: time only the rows whose name contains NAME (and the copy), without the
+     * self-check: for a profiler that should see one kernel. */
+    const char *only = nullptr;
+    if (argc > 2 && strcmp(argv[1], "--only") == 0) {
+        only = argv[2];
+        argc -= 2;
+        argv += 2;
+    }
     bench_ctx c;
     c.M = argc > 2 ? atoll(argv[1]) : 8192;
     c.K = argc > 2 ? atoll(argv[2]) : 16384;
@@ -276,7 +368,17 @@ int main(int argc, char **argv)
     for (int i = 0; i < kRot; i++)
         alloc_set(c.set[i], n, 0x9E3779B9u * (i + 1));
     CHECK(cudaDeviceSynchronize());
-    int verify_failures = verify_fast_paths(c);
+    /* The self-check runs on the leading 2048 x 4096 (or smaller) of the buffers: every
+     * fast path is shape-generic above its alignment, and the smaller copy-back keeps the
+     * 216 comparisons to seconds. */
+    bench_ctx v = c;
+    v.M = std::min<int64_t>(c.M, 2048);
+    v.K = std::min<int64_t>(c.K, 4096);
+    int verify_failures = 0;
+    if (!only) {
+        printf("verify on %lld x %lld\n", (long long)v.M, (long long)v.K);
+        verify_failures = verify_fast_paths(v);
+    }
     for (int i = 0; i < kRot; i++) /* the benchmark runs on the unplanted inputs */
         bench_fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(c.set[i].x, static_cast<size_t>(n),
                                                                  0x9E3779B9u * (i + 1));
@@ -297,6 +399,12 @@ int main(int argc, char **argv)
         {"block 1x128 rowwise", k_blk1d_row, 3.0 + 4.0 / 128},
         {"block 1x128 row+col(T)", k_blk1d_both, 4.0 + 8.0 / 128},
         {"block 128x128 row+col(T)", k_blk2d_both, 4.0},
+        {"delayed rowwise, 4 chunks/lane", unroll4<k_delayed_row>, 3.0},
+        {"current rowwise, 4 chunks/lane", unroll4<k_current_row>, 5.0},
+        {"mxfp8 rowwise, 4 chunks/lane", unroll4<k_mx_row>, 3.0 + 1.0 / 32},
+        {"block 1x128 rowwise, 4 chunks/lane", unroll4<k_blk1d_row>, 3.0 + 4.0 / 128},
+        {"mxfp8 row+col fused, 3 blocks/SM", blocks3<k_mx_both>, 4.0 + 2.0 / 32},
+        {"block 1x128 row+col(T), 3 blocks/SM", blocks3<k_blk1d_both>, 4.0 + 8.0 / 128},
     };
     printf("device: %s, %d SMs, L2 %d MiB; input %lldx%lld bf16 (%.1f MB), %d rotated sets\n",
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)c.M,
@@ -304,12 +412,15 @@ int main(int argc, char **argv)
     printf("%-28s %10s %10s %10s %8s\n", "kernel", "MB moved", "median us", "GB/s", "of copy");
     double copy_bw = 0.0;
     for (const entry &e : table) {
+        if (only && copy_bw != 0.0 && !strstr(e.name, only))
+            continue;
         double us = median_us(c, e.f), mb = e.bytes_per_elem * n / 1e6;
         double bw = mb / us * 1e3; /* GB/s */
         if (copy_bw == 0.0)
             copy_bw = bw;
         printf("%-28s %10.1f %10.1f %10.1f %7.1f%%\n", e.name, mb, us, bw, 100.0 * bw / copy_bw);
     }
-    verify_failures += qc_bench_nvfp4::run(c.M, c.K, copy_bw);
+    if (!only)
+        verify_failures += qc_bench_nvfp4::run(c.M, c.K, copy_bw);
     return verify_failures ? 1 : 0;
 }

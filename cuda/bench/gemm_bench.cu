@@ -13,12 +13,21 @@
  *    VEC128 x BLK128, random non-power-of-two scales): the fraction of outputs bitwise equal
  *    to the model and the largest distance in units in the last place.
  *
+ * 3. --block: the block-scaled GEMMs (VEC128 x VEC128, VEC128 x BLK128, BF16 out) at 8192^3
+ *    and at the DeepSeek-V3 layer shapes, TFLOP/s and the algorithm cuBLASLt picked.
+ * 4. --block-experiment DIR: the block-scaled outputs against candidate promotion models
+ *    (block_experiment below), the GPU outputs kept in DIR; --block-analyze DIR repeats the
+ *    comparison from those files on a machine without a GPU.
+ * --agreement-block: of the agreement table, only the block-scaled rows.
+ *
  * It is a tool, so it links libqspec for the models. Every CUDA and cuBLASLt status is
  * checked; a failure prints the call and exits 1. Usage: gemm_bench [M N K] [--no-agreement]
+ * [--agreement-block] [--block] [--block-experiment DIR] | --block-analyze DIR
  */
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +157,111 @@ void throughput(int64_t M, int64_t N, int64_t K, const float *d_one)
     CHECK_CUDA(cudaFree(a));
     CHECK_CUDA(cudaFree(b));
     CHECK_CUDA(cudaFree(d));
+    printf("\n");
+}
+
+__global__ void fill_f32(float *x, size_t n, float v)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = v;
+}
+
+/* The algorithm cuBLASLt's heuristic picked: config id, tile, stages, split-K and its
+ * reduction scheme (cublasLtMatmulAlgoConfigGetAttribute). */
+void algo_note(const qc_lt_plan &p, char *buf, size_t n)
+{
+    int id = -1, splitk = -1;
+    uint32_t tile = 0, stages = 0, red = 0;
+    size_t w;
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                         sizeof tile, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                         sizeof stages, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                         sizeof splitk, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
+                                         sizeof red, &w);
+    snprintf(buf, n, "algo %d tile %u stages %u splitK %d red %u", id, tile, stages, splitk, red);
+}
+
+/* Block-scaled FP8 GEMMs y[M,N] = a[M,K] b[N,K]^T, E4M3, BF16 out, 32 MiB workspace: a with
+ * 1x128 scales (VEC128) and b with 1x128 (VEC128) or 128x128 (BLK128) scales, at 8192^3
+ * and the DeepSeek-V3 layer shapes (M tokens x (N, K) of the projections and MLPs). */
+void block_throughput()
+{
+    struct shape {
+        int64_t m, n, k;
+        const char *what;
+    };
+    const shape shapes[] = {
+        {8192, 8192, 8192, "square"},
+        {4096, 24576, 1536, "MLA q up-proj (wq_b)"},
+        {8192, 24576, 1536, "MLA q up-proj (wq_b)"},
+        {4096, 18432, 7168, "dense MLP up/gate"},
+        {8192, 18432, 7168, "dense MLP up/gate"},
+        {4096, 7168, 18432, "dense MLP down"},
+        {8192, 7168, 18432, "dense MLP down"},
+        {4096, 2048, 7168, "MoE expert up/gate"},
+        {8192, 2048, 7168, "MoE expert up/gate"},
+        {4096, 7168, 2048, "MoE expert down"},
+        {8192, 7168, 2048, "MoE expert down"},
+    };
+    printf("== block-scaled FP8 GEMMs (E4M3 x E4M3 -> BF16, 32 MiB workspace), median of %d "
+           "after %d warm-up runs\n",
+           kRuns, kWarm);
+    printf("| M    | N     | K     | layer                | scales          | ms       | TFLOP/s "
+           " | algorithm |\n");
+    printf("|------|-------|-------|----------------------|-----------------|----------|--------"
+           "--|-----------|\n");
+    size_t amax_a = 0, amax_b = 0, amax_d = 0;
+    for (const shape &s : shapes) {
+        amax_a = std::max(amax_a, (size_t)(s.m * s.k));
+        amax_b = std::max(amax_b, (size_t)(s.n * s.k));
+        amax_d = std::max(amax_d, (size_t)(s.m * s.n));
+    }
+    void *a, *b, *d;
+    float *sa, *sb;
+    size_t ns = std::max(amax_a, amax_b) / 128 + 4096;
+    CHECK_CUDA(cudaMalloc(&a, amax_a));
+    CHECK_CUDA(cudaMalloc(&b, amax_b));
+    CHECK_CUDA(cudaMalloc(&d, amax_d * 2));
+    CHECK_CUDA(cudaMalloc(&sa, ns * 4));
+    CHECK_CUDA(cudaMalloc(&sb, ns * 4));
+    fill_e4m3<<<(unsigned)((amax_a + 255) / 256), 256>>>(static_cast<uint8_t *>(a), amax_a, 5u);
+    fill_e4m3<<<(unsigned)((amax_b + 255) / 256), 256>>>(static_cast<uint8_t *>(b), amax_b, 6u);
+    fill_f32<<<(unsigned)((ns + 255) / 256), 256>>>(sa, ns, 0.75f);
+    fill_f32<<<(unsigned)((ns + 255) / 256), 256>>>(sb, ns, 1.25f);
+    CHECK_CUDA(cudaGetLastError());
+    for (const shape &s : shapes)
+        for (int blk = 0; blk <= 1; blk++) {
+            qc_lt_desc desc = tn_desc(s.m, s.n, s.k, CUDA_R_8F_E4M3, CUDA_R_16BF, 1, 0, nullptr);
+            desc.a_scale_mode = blk ? QC_LT_SCALE_BLK128 : QC_LT_SCALE_VEC128; /* our b */
+            desc.b_scale_mode = QC_LT_SCALE_VEC128;                            /* our a */
+            desc.a_scale = sb;
+            desc.b_scale = sa;
+            qc_lt_plan p;
+            qs_status st = qc_lt_plan_init(&p, g_h, desc, QC_LT_WORKSPACE, why, sizeof why);
+            if (st != QS_OK) {
+                printf("| %4lld | %5lld | %5lld | %-20s | %-15s | not supported: %s |\n",
+                       (long long)s.m, (long long)s.n, (long long)s.k, s.what,
+                       blk ? "VEC128 x BLK128" : "VEC128 x VEC128", why);
+                continue;
+            }
+            double t = median_ms(p, a, b, d);
+            char note[128];
+            algo_note(p, note, sizeof note);
+            double flop = 2.0 * (double)s.m * (double)s.n * (double)s.k;
+            printf("| %4lld | %5lld | %5lld | %-20s | %-15s | %8.3f | %8.1f | %s |\n",
+                   (long long)s.m, (long long)s.n, (long long)s.k, s.what,
+                   blk ? "VEC128 x BLK128" : "VEC128 x VEC128", t, flop / (t * 1e-3) / 1e12,
+                   note);
+            fflush(stdout);
+            qc_lt_plan_free(&p);
+        }
+    for (void *q : {a, b, d, (void *)sa, (void *)sb})
+        CHECK_CUDA(cudaFree(q));
     printf("\n");
 }
 
@@ -284,7 +398,7 @@ struct fp8_req {
     qs_dtype out;
     int fast;
     float sa, sb;
-    int block; /* 0 tensorwise; 1 a 1x128, b 1x128; 2 a 1x128, b 128x128 */
+    int block; /* 0 tensorwise; 1 a 1x128, b 1x128; 2 a 1x128, b 128x128; 3 a 128x128, b 1x128 */
     size_t ws;
     std::vector<uint8_t> a, b;   /* codes [mn, k] */
     std::vector<float> bsa, bsb; /* block scales, row-major as qs_gemm_operand holds them */
@@ -323,6 +437,8 @@ void *upload_bytes(const void *p, size_t n)
     return d;
 }
 
+int g_note_algo; /* gpu_fp8 prints the algorithm cuBLASLt picked */
+
 /* The GPU's y (FP32 values; BF16 outputs widened exactly), all mn x mn. */
 std::vector<float> gpu_fp8(const fp8_req &r)
 {
@@ -347,12 +463,12 @@ std::vector<float> gpu_fp8(const fp8_req &r)
     d.alpha = 1.0f;
     void *ssa, *ssb;
     if (r.block) {
-        std::vector<float> la = lt_scales(r.bsa, M, kb, 0),
+        std::vector<float> la = lt_scales(r.bsa, M, kb, r.block == 3),
                            lb = lt_scales(r.bsb, N, kb, r.block == 2);
         ssa = upload_bytes(la.data(), la.size() * sizeof(float));
         ssb = upload_bytes(lb.data(), lb.size() * sizeof(float));
         d.a_scale_mode = r.block == 2 ? QC_LT_SCALE_BLK128 : QC_LT_SCALE_VEC128;
-        d.b_scale_mode = QC_LT_SCALE_VEC128;
+        d.b_scale_mode = r.block == 3 ? QC_LT_SCALE_BLK128 : QC_LT_SCALE_VEC128;
     } else {
         ssa = upload_bytes(&r.sa, sizeof(float));
         ssb = upload_bytes(&r.sb, sizeof(float));
@@ -362,6 +478,11 @@ std::vector<float> gpu_fp8(const fp8_req &r)
     d.b_scale = ssa;
     qc_lt_plan p;
     CHECK_QS(qc_lt_plan_init(&p, g_h, d, r.ws, why, sizeof why));
+    if (g_note_algo) {
+        char note[128];
+        algo_note(p, note, sizeof note);
+        printf("  cuBLASLt: %s\n", note);
+    }
     CHECK_QS(qc_lt_plan_run(&p, g_h, db, da, dd, r.ws ? g_ws : nullptr, r.ws, 0, why, sizeof why));
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<float> y((size_t)(M * N));
@@ -394,7 +515,10 @@ std::vector<float> model_fp8(const fp8_req &r, int64_t c)
         th.emplace_back([&, t]() {
             int64_t r0 = c * t / nt, r1 = c * (t + 1) / nt;
             qs_gemm_operand oa, ob;
-            if (r.block) {
+            if (r.block == 3) { /* the corner (c <= 128 rows) lies in a's first tile row */
+                oa = {va.data() + r0 * K, QS_GEMM_SCALE_BLOCK_128X128, r.bsa.data(), 1.0f, r.ta};
+                ob = {vb.data(), QS_GEMM_SCALE_BLOCK_1X128, r.bsb.data(), 1.0f, r.tb};
+            } else if (r.block) {
                 oa = {va.data() + r0 * K, QS_GEMM_SCALE_BLOCK_1X128, r.bsa.data() + r0 * kb, 1.0f,
                       r.ta};
                 ob = {vb.data(),
@@ -458,7 +582,7 @@ void agreement_row(int64_t mn, int64_t k, int spread, qs_dtype ta, qs_dtype tb, 
     r.b = random_fp8((size_t)(mn * k), 20 + (uint64_t)k, spread, tb);
     int64_t kb = (k + 127) / 128;
     if (block) {
-        r.bsa = random_scales((size_t)(mn * kb), 30 + (uint64_t)k);
+        r.bsa = random_scales((size_t)((block == 3 ? (mn + 127) / 128 : mn) * kb), 30 + (uint64_t)k);
         r.bsb =
             random_scales((size_t)((block == 2 ? (mn + 127) / 128 : mn) * kb), 40 + (uint64_t)k);
     }
@@ -474,6 +598,7 @@ void agreement_row(int64_t mn, int64_t k, int spread, qs_dtype ta, qs_dtype tb, 
         }
     const char *scal = block == 1                   ? "VEC128 x VEC128"
                        : block == 2                 ? "VEC128 x BLK128"
+                       : block == 3                 ? "BLK128 x VEC128"
                        : (sa == 1.0f && sb == 1.0f) ? "tensor, 1 x 1"
                                                     : "tensor, 0.75 x 1.375";
     printf("| %4lld | %4lld | %-6s | %-4s x %-4s | %-16s | %-4s | %-5s | %-6s | %8.4f | %8.0f |\n",
@@ -486,7 +611,245 @@ void agreement_row(int64_t mn, int64_t k, int spread, qs_dtype ta, qs_dtype tb, 
     fflush(stdout);
 }
 
-void agreement()
+/* ------------------------------------------------------------ the block-scaled experiment
+ * cuBLASLt's VEC128 x VEC128 (and, as a control, VEC128 x BLK128) outputs against candidate
+ * models of the promotion: the tensor-core partial P of each 128-wide K block (or of 64 or
+ * 32-wide pieces of it) by the [GEMM-ACC-HOPPER] steps, or the exact block sum rounded once,
+ * folded into the FP32 accumulator with the block's scales sa (row of a) and sb (row or tile
+ * of b) by one of six updates. Each GPU output (the 128 x 128 corner) is written to a file
+ * so that the comparison can be repeated on a machine without a GPU (--block-analyze). */
+struct bexp {
+    const char *name;
+    int64_t k;
+    int spread;
+    int block; /* 1 VEC128 x VEC128, 2 VEC128 x BLK128, 3 BLK128 x VEC128 (a x b) */
+    int scal;  /* 0 all scales 1, 1 random powers of two, 2 random non-powers of two */
+    qs_dtype out;
+    size_t ws;
+};
+
+const bexp bexps[] = {
+    {"v_k128_unit", 128, 0, 1, 0, QS_FP32, 0},
+    {"v_k128_rand", 128, 0, 1, 2, QS_FP32, 0},
+    {"v_k256_unit", 256, 0, 1, 0, QS_FP32, 0},
+    {"v_k256_pow2", 256, 0, 1, 1, QS_FP32, 0},
+    {"v_k256_rand", 256, 0, 1, 2, QS_FP32, 0},
+    {"v_k1024_unit", 1024, 0, 1, 0, QS_FP32, 0},
+    {"v_k1024_pow2", 1024, 0, 1, 1, QS_FP32, 0},
+    {"v_k1024_rand", 1024, 0, 1, 2, QS_FP32, 0},
+    {"v_k1024_rand_ws", 1024, 0, 1, 2, QS_FP32, QC_LT_WORKSPACE},
+    {"v_k1024_rand_bf16", 1024, 0, 1, 2, QS_BF16, 0},
+    {"v_k1024_spread", 1024, 1, 1, 2, QS_FP32, 0},
+    {"v_k4096_rand", 4096, 0, 1, 2, QS_FP32, 0},
+    {"b_k1024_rand", 1024, 0, 2, 2, QS_FP32, 0},
+    {"b_k4096_rand", 4096, 0, 2, 2, QS_FP32, 0},
+    {"t_k1024_rand", 1024, 0, 3, 2, QS_FP32, 0},
+    {"t_k4096_rand", 4096, 0, 3, 2, QS_FP32, 0},
+    {"v_k4096_rand_ws", 4096, 0, 1, 2, QS_FP32, QC_LT_WORKSPACE},
+};
+
+const char *const bupd_names[] = {
+    "acc = fma(s, P, acc), s = fl(sa sb)", "acc = fl(acc + fl(s P))",
+    "acc = fma(fl(P sa), sb, acc)",        "acc = fl(acc + fl(fl(P sa) sb))",
+    "acc = fma(fl(P sb), sa, acc)",        "acc = fl(acc + fl(fl(P sb) sa))",
+};
+const char *const bpart_names[] = {"P: hopper steps per 128", "P: hopper steps per 64",
+                                   "P: hopper steps per 32", "P: exact block sum, RN"};
+constexpr int kUpd = 6, kPart = 4;
+
+std::vector<float> exp_scales(size_t n, uint64_t seed, int scal)
+{
+    if (scal == 2)
+        return random_scales(n, seed);
+    std::vector<float> s(n, 1.0f);
+    if (scal == 1)
+        for (size_t i = 0; i < n; i++)
+            s[i] = ldexpf(1.0f, (int)floorf(qs_random_uniform(seed, 0, i) * 4.0f) - 2);
+    return s;
+}
+
+/* The partials of the c x c corner: P[(m c + n) np + j] for the pieces j of width w of K
+ * (kind 0..2: the hopper model's partial of the piece, from +0; 3: the exact sum, RN). */
+std::vector<float> exp_partials(const fp8_req &r, int64_t c, int kind)
+{
+    int64_t K = r.k, w = kind == 0 || kind == 3 ? 128 : kind == 1 ? 64 : 32, np = K / w;
+    std::vector<float> va((size_t)(c * K)), vb((size_t)(c * K)), P((size_t)(c * c * np));
+    for (size_t i = 0; i < va.size(); i++)
+        va[i] = qs_decode_f32(r.ta, r.a[i]);
+    for (size_t i = 0; i < vb.size(); i++)
+        vb[i] = qs_decode_f32(r.tb, r.b[i]);
+    int nt = 16;
+    std::vector<std::thread> th;
+    for (int t = 0; t < nt; t++)
+        th.emplace_back([&, t]() {
+            std::vector<float> sa((size_t)(c * w)), sb((size_t)(c * w)), y((size_t)(c * c));
+            qs_ctx *ctx = qs_ctx_new();
+            for (int64_t j = t; j < np; j += nt) {
+                if (kind == 3) {
+                    for (int64_t m = 0; m < c; m++)
+                        for (int64_t n = 0; n < c; n++) {
+                            double acc = 0.0;
+                            for (int64_t k = j * w; k < (j + 1) * w; k++)
+                                acc += (double)va[(size_t)(m * K + k)] * vb[(size_t)(n * K + k)];
+                            P[(size_t)((m * c + n) * np + j)] = (float)acc;
+                        }
+                    continue;
+                }
+                for (int64_t m = 0; m < c; m++)
+                    for (int64_t k = 0; k < w; k++) {
+                        sa[(size_t)(m * w + k)] = va[(size_t)(m * K + j * w + k)];
+                        sb[(size_t)(m * w + k)] = vb[(size_t)(m * K + j * w + k)];
+                    }
+                qs_gemm_operand oa = {sa.data(), QS_GEMM_SCALE_TENSOR, NULL, 1.0f, r.ta};
+                qs_gemm_operand ob = {sb.data(), QS_GEMM_SCALE_TENSOR, NULL, 1.0f, r.tb};
+                qs_gemm_acc acc = {QS_GEMM_ACC_HOPPER_FP8_TC, 0};
+                qs_gemm_params p = {c, c, w, 1.0f, 0.0f, acc, QS_FP32};
+                if (qs_gemm(ctx, &p, &oa, &ob, NULL, y.data()) != QS_OK) {
+                    fprintf(stderr, "the reference failed: %s\n", qs_ctx_errmsg(ctx));
+                    exit(1);
+                }
+                for (int64_t i = 0; i < c * c; i++)
+                    P[(size_t)(i * np + j)] = y[(size_t)i];
+            }
+            qs_ctx_free(ctx);
+        });
+    for (auto &x : th)
+        x.join();
+    return P;
+}
+
+float bf16_rne(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7F800000u) != 0x7F800000u)
+        u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    else
+        u &= 0xFFFF0000u;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+float exp_update(int upd, float acc, float P, float sa, float sb)
+{
+    float s = sa * sb, t;
+    switch (upd) {
+    case 0:
+        return std::fma(s, P, acc);
+    case 1:
+        t = s * P;
+        return acc + t;
+    case 2:
+        t = P * sa;
+        return std::fma(t, sb, acc);
+    case 3:
+        t = P * sa;
+        t = t * sb;
+        return acc + t;
+    case 4:
+        t = P * sb;
+        return std::fma(t, sa, acc);
+    default:
+        t = P * sb;
+        t = t * sa;
+        return acc + t;
+    }
+}
+
+void block_experiment(const char *dir, int analyze)
+{
+    const int64_t mn = 2048, c = 128;
+    const size_t nx = sizeof bexps / sizeof bexps[0];
+    std::vector<std::vector<double>> rate(nx, std::vector<double>(kUpd * kPart));
+    printf("== block-scaled GEMMs against candidate promotion models (the 128 x 128 corner of a "
+           "2048 x 2048 GEMM, bitwise); GPU outputs in %s\n",
+           dir);
+    for (size_t x = 0; x < nx; x++) {
+        const bexp &e = bexps[x];
+        fp8_req r;
+        r.mn = mn;
+        r.k = e.k;
+        r.ta = r.tb = QS_E4M3;
+        r.out = e.out;
+        r.fast = 0;
+        r.sa = r.sb = 1.0f;
+        r.block = e.block;
+        r.ws = e.ws;
+        r.a = random_fp8((size_t)(mn * e.k), 10 + (uint64_t)e.k, e.spread, QS_E4M3);
+        r.b = random_fp8((size_t)(mn * e.k), 20 + (uint64_t)e.k, e.spread, QS_E4M3);
+        int64_t kb = e.k / 128;
+        r.bsa = exp_scales((size_t)((e.block == 3 ? mn / 128 : mn) * kb), 30 + (uint64_t)e.k,
+                           e.scal);
+        r.bsb = exp_scales((size_t)((e.block == 2 ? mn / 128 : mn) * kb), 40 + (uint64_t)e.k,
+                           e.scal);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.f32", dir, e.name);
+        std::vector<float> yc((size_t)(c * c));
+        if (analyze) {
+            FILE *f = fopen(path, "rb");
+            if (!f || fread(yc.data(), 4, yc.size(), f) != yc.size()) {
+                fprintf(stderr, "cannot read %s\n", path);
+                exit(1);
+            }
+            fclose(f);
+        } else {
+            g_note_algo = 1;
+            std::vector<float> yg = gpu_fp8(r);
+            g_note_algo = 0;
+            for (int64_t m = 0; m < c; m++)
+                for (int64_t n = 0; n < c; n++)
+                    yc[(size_t)(m * c + n)] = yg[(size_t)(m * mn + n)];
+            FILE *f = fopen(path, "wb");
+            if (!f || fwrite(yc.data(), 4, yc.size(), f) != yc.size()) {
+                fprintf(stderr, "cannot write %s\n", path);
+                exit(1);
+            }
+            fclose(f);
+        }
+        for (int part = 0; part < kPart; part++) {
+            std::vector<float> P = exp_partials(r, c, part);
+            int64_t w = part == 1 ? 64 : part == 2 ? 32 : 128, np = e.k / w;
+            for (int upd = 0; upd < kUpd; upd++) {
+                size_t eq = 0;
+                for (int64_t m = 0; m < c; m++)
+                    for (int64_t n = 0; n < c; n++) {
+                        float acc = 0.0f;
+                        for (int64_t j = 0; j < np; j++) {
+                            int64_t g = j * w / 128;
+                            float sa = r.bsa[(size_t)((e.block == 3 ? m / 128 : m) * kb + g)];
+                            float sb = r.bsb[(size_t)((e.block == 2 ? n / 128 : n) * kb + g)];
+                            acc = exp_update(upd, acc, P[(size_t)((m * c + n) * np + j)], sa, sb);
+                        }
+                        float y = acc + 0.0f;
+                        if (e.out == QS_BF16)
+                            y = bf16_rne(y);
+                        float g = yc[(size_t)(m * c + n)];
+                        eq += memcmp(&g, &y, 4) == 0;
+                    }
+                rate[x][(size_t)(part * kUpd + upd)] = eq / (double)(c * c);
+            }
+        }
+        printf("  %s done\n", e.name);
+        fflush(stdout);
+    }
+    printf("| candidate (partial; update) ");
+    for (size_t x = 0; x < nx; x++)
+        printf("| %d ", (int)x);
+    printf("|\n");
+    for (int i = 0; i < kPart * kUpd; i++) {
+        printf("| %s; %s ", bpart_names[i / kUpd], bupd_names[i % kUpd]);
+        for (size_t x = 0; x < nx; x++)
+            printf("| %.4f ", rate[x][(size_t)i]);
+        printf("|\n");
+    }
+    printf("columns:");
+    for (size_t x = 0; x < nx; x++)
+        printf(" %d=%s", (int)x, bexps[x].name);
+    printf("\n\n");
+}
+
+void agreement(int block_only)
 {
     printf("== cuBLASLt FP8 GEMMs against the reference's hopper_fp8_tc model "
            "([GEMM-ACC-HOPPER-ALIGN], [GEMM-HOPPER-EPILOGUE]); the 128 x 128 corner compared "
@@ -496,12 +859,12 @@ void agreement()
     printf("|------|------|--------|--------------|------------------|------|-------|--------"
            "|----------|----------|\n");
     const int64_t Ks[] = {32, 64, 128, 256, 1024, 4096};
-    for (int spread = 0; spread <= 1; spread++)
+    const int64_t K2[] = {1024, 4096};
+    for (int spread = 0; spread <= 1 && !block_only; spread++)
         for (int64_t K : Ks)
             for (int fast = 1; fast >= 0; fast--)
                 agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 1.0f, 1.0f, 0, 0);
-    const int64_t K2[] = {1024, 4096};
-    for (int spread = 0; spread <= 1; spread++)
+    for (int spread = 0; spread <= 1 && !block_only; spread++)
         for (int64_t K : K2)
             for (int fast = 1; fast >= 0; fast--) {
                 agreement_row(128, K, spread, QS_E4M3, QS_E4M3, QS_FP32, fast, 1.0f, 1.0f, 0, 0);
@@ -518,7 +881,7 @@ void agreement()
             }
     for (int spread = 0; spread <= 1; spread++)
         for (int64_t K : K2)
-            for (int block = 1; block <= 2; block++) {
+            for (int block = 1; block <= 3; block++) {
                 agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_FP32, 0, 1.0f, 1.0f, block, 0);
                 agreement_row(2048, K, spread, QS_E4M3, QS_E4M3, QS_BF16, 0, 1.0f, 1.0f, block,
                               QC_LT_WORKSPACE);
@@ -531,15 +894,33 @@ void agreement()
 int main(int argc, char **argv)
 {
     int64_t M = 8192, N = 8192, K = 8192;
-    int do_agreement = 1, npos = 0;
+    int do_agreement = 1, npos = 0, do_block = 0;
+    const char *exp_dir = nullptr;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--no-agreement") == 0) {
             do_agreement = 0;
             continue;
         }
+        if (strcmp(argv[i], "--block") == 0) {
+            do_block = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--agreement-block") == 0) {
+            do_agreement = 2;
+            continue;
+        }
+        if (strcmp(argv[i], "--block-analyze") == 0 && i + 1 < argc) {
+            block_experiment(argv[i + 1], 1);
+            return 0;
+        }
+        if (strcmp(argv[i], "--block-experiment") == 0 && i + 1 < argc) {
+            exp_dir = argv[++i];
+            continue;
+        }
         long long v = atoll(argv[i]);
         if (v <= 0 || v % 16 != 0 || npos >= 3) {
-            fprintf(stderr, "usage: gemm_bench [M N K (multiples of 16)] [--no-agreement]\n");
+            fprintf(stderr, "usage: gemm_bench [M N K (multiples of 16)] [--no-agreement] [--block] "
+                            "[--agreement-block] [--block-experiment DIR] | --block-analyze DIR\n");
             return 2;
         }
         (npos == 0 ? M : npos == 1 ? N : K) = v;
@@ -560,10 +941,17 @@ int main(int argc, char **argv)
     float one = 1.0f, *d_one;
     CHECK_CUDA(cudaMalloc(&d_one, sizeof one));
     CHECK_CUDA(cudaMemcpy(d_one, &one, sizeof one, cudaMemcpyHostToDevice));
+    if (exp_dir) { /* the issue's experiment first: it is what a short run is for */
+        block_experiment(exp_dir, 0);
+        fflush(stdout);
+    }
+    if (do_block)
+        block_throughput();
     throughput(M, N, K, d_one);
     if (do_agreement) {
-        probes(d_one);
-        agreement();
+        if (do_agreement == 1)
+            probes(d_one);
+        agreement(do_agreement == 2);
     }
     CHECK_CUDA(cudaFree(d_one));
     CHECK_CUDA(cudaFree(g_ws));
