@@ -2,12 +2,13 @@
  * the installed headers only (include/qspec/backend.h), never against libqspec. It
  * implements the `cast` slot for E4M3 and E5M2 under RNE with the satfinite policy, the
  * `cast16` slot for BF16 and FP16 under every rounding mode (stochastic rounding included)
- * and overflow policy, the `quantize` slot for current scaling and the `gemm` slot for the
- * `exact` and `fp32_seq` models on tensor-scaled operands (FP32, BF16 and FP16 values, E4M3
- * and E5M2 codes), which it claims bit for bit, and the `sdpa_fwd`/`sdpa_bwd` slots (naive
- * FP32 loops with libm's expf and logf, held to each case's tolerance), and claims nothing
- * else, so every other case is reported as not supported. The engine runs a program on these slots
- * when they are all the program needs (spec/cases.md [CASE-KERNEL-TABLE]). Built with
+ * and overflow policy, the `quantize` slot for current and delayed scaling, the `gemm` slot
+ * for the `exact` and `fp32_seq` models on tensor-scaled operands (FP32, BF16 and FP16
+ * values, E4M3 and E5M2 codes) and for `hopper_fp8_tc` on E4M3/E5M2 codes, which it claims
+ * bit for bit, and the `sdpa_fwd`/`sdpa_bwd` slots (naive FP32 loops with libm's expf and
+ * logf, held to each case's tolerance), and claims nothing else, so every other case is
+ * reported as not supported. The engine runs a program on these slots when they are all the
+ * program needs (spec/cases.md [CASE-KERNEL-TABLE]), on simulated ranks too. Built with
  * -DQS_EXAMPLE_PLANT_ERROR its current-scaling scale_inv is one ulp too large, and with
  * -DQS_EXAMPLE_PLANT_GEMM_ERROR its GEMMs leave out the last k: the kit's own tests prove that
  * exactly the cases covering the planted error then fail. It also has the distributed slots
@@ -106,15 +107,9 @@ static float load(const qs_tensor *x, size_t i)
     return f;
 }
 
-/* Current scaling as spec/recipes.md defines it: amax (NaN ignored), the scale
- * fp8_max / amax (1 for 0, Inf or NaN; FLT_MAX for an infinite quotient; optionally
- * floored to a power of two), scale_inv = 1 / scale, codes of x * scale; the columnwise
- * copy is the transpose. */
-static qs_status quantize_current(const qs_quantize_args *a)
+/* The amax of x: the largest magnitude, NaN ignored [REC-AMAX]. */
+static float tensor_amax(const qs_tensor *x)
 {
-    const qs_tensor *x = a->x;
-    qs_quantized *z = a->out;
-    int64_t rows = x->shape[0], cols = x->shape[1];
     float amax = 0.0f;
     for (size_t i = 0; i < x->numel; i++) {
         float v = load(x, i);
@@ -122,10 +117,45 @@ static qs_status quantize_current(const qs_quantize_args *a)
         if (v > amax)
             amax = v;
     }
+    return amax;
+}
+
+/* A tensorwise quantization with the scale given: scale_inv = 1 / scale, the codes of
+ * x * scale (the columnwise copy is the transpose), amax reported. */
+static qs_status quantize_tensorwise(const qs_quantize_args *a, float scale, float scale_inv,
+                                     float amax)
+{
+    const qs_tensor *x = a->x;
+    qs_quantized *z = a->out;
+    int64_t rows = x->shape[0], cols = x->shape[1];
+    for (int d = 0; d < 2; d++) {
+        if (!z->data[d].data)
+            continue;
+        ((float *)z->scale[d].data)[0] = scale_inv;
+        z->amax[d] = amax;
+        z->global_enc[d] = scale;
+        z->global_dec[d] = scale_inv;
+    }
+    for (int64_t m = 0; m < rows; m++)
+        for (int64_t k = 0; k < cols; k++) {
+            uint8_t code = encode(z->elem, load(x, (size_t)(m * cols + k)) * scale);
+            if (z->data[0].data)
+                ((uint8_t *)z->data[0].data)[m * cols + k] = code;
+            if (z->data[1].data)
+                ((uint8_t *)z->data[1].data)[k * rows + m] = code;
+        }
+    return QS_OK;
+}
+
+/* Current scaling as spec/recipes.md defines it: the scale fp8_max / amax (1 for 0, Inf or
+ * NaN; FLT_MAX for an infinite quotient; optionally floored to a power of two). */
+static qs_status quantize_current(const qs_quantize_args *a)
+{
+    float amax = tensor_amax(a->x);
     if (a->given_amax) /* the reduced amax of a distributed run */
         amax = a->given_amax[0];
     float floor_amax = amax < a->cfg->eps ? a->cfg->eps : amax; /* the reported amax is raw */
-    float fmax = z->elem == QS_E4M3 ? 448.0f : 57344.0f, scale = 1.0f;
+    float fmax = a->out->elem == QS_E4M3 ? 448.0f : 57344.0f, scale = 1.0f;
     if (floor_amax != 0.0f && floor_amax <= FLT_MAX) {
         scale = fmax / floor_amax;
         if (scale > FLT_MAX)
@@ -146,31 +176,26 @@ static qs_status quantize_current(const qs_quantize_args *a)
         memcpy(&scale_inv, &b, sizeof b);
     }
 #endif
-    for (int d = 0; d < 2; d++) {
-        if (!z->data[d].data)
-            continue;
-        ((float *)z->scale[d].data)[0] = scale_inv;
-        z->amax[d] = amax;
-        z->global_enc[d] = scale;
-        z->global_dec[d] = scale_inv;
-    }
-    for (int64_t m = 0; m < rows; m++)
-        for (int64_t k = 0; k < cols; k++) {
-            uint8_t code = encode(z->elem, load(x, (size_t)(m * cols + k)) * scale);
-            if (z->data[0].data)
-                ((uint8_t *)z->data[0].data)[m * cols + k] = code;
-            if (z->data[1].data)
-                ((uint8_t *)z->data[1].data)[k * rows + m] = code;
-        }
-    return QS_OK;
+    return quantize_tensorwise(a, scale, scale_inv, amax);
+}
+
+/* Delayed scaling [REC-DS-SCALE]: the kit keeps the history and hands over the scale of
+ * this step (ds_scale); the quantizer uses it and reports the amax it saw. */
+static qs_status quantize_delayed(const qs_quantize_args *a)
+{
+    return quantize_tensorwise(a, a->ds_scale, 1.0f / a->ds_scale, tensor_amax(a->x));
 }
 
 static qs_status example_quantize(void *state, const qs_quantize_args *args)
 {
     (void)state;
-    if (args->cfg->kind != QS_RECIPE_CURRENT || args->x->ndim != 2)
+    if (args->x->ndim != 2)
         return QS_ERR_UNSUPPORTED;
-    return quantize_current(args);
+    if (args->cfg->kind == QS_RECIPE_CURRENT)
+        return quantize_current(args);
+    if (args->cfg->kind == QS_RECIPE_DELAYED)
+        return quantize_delayed(args);
+    return QS_ERR_UNSUPPORTED;
 }
 
 /* ------------------------------------------------------------------ cast16 (spec/formats.md) */
@@ -437,6 +462,68 @@ static float gemm_fp32_element(const float *a, const float *b, int64_t k, float 
     return z;
 }
 
+/* [GEMM-ACC-HOPPER-ALIGN] e(x) = max(floor(log2 |x|), emin) for a nonzero x. */
+static int clamped_exponent(float x, int emin)
+{
+    int e;
+    frexp((double)x, &e); /* |x| = f 2^e, f in [0.5, 1) */
+    return e - 1 < emin ? emin : e - 1;
+}
+
+/* One 32-wide step of the Hopper model [GEMM-ACC-HOPPER]: the products of a[0..n) and
+ * b[0..n) and the partial c, each truncated toward zero to a multiple of 2^(E-13), are
+ * added as integers (FP8 products and c stay below 2^(E+2), so 33 of them below 2^22
+ * units), and the sum is truncated toward zero to 14 significant bits. */
+static double hopper_step(const float *a, const float *b, int n, double c, int emin_a, int emin_b)
+{
+    int E = INT32_MIN;
+    for (int i = 0; i < n; i++)
+        if (a[i] != 0.0f && b[i] != 0.0f) {
+            int e = clamped_exponent(a[i], emin_a) + clamped_exponent(b[i], emin_b);
+            E = e > E ? e : E;
+        }
+    if (c != 0.0) {
+        int ec;
+        frexp(c, &ec);
+        E = ec - 1 > E ? ec - 1 : E;
+    }
+    if (E == INT32_MIN)
+        return 0.0; /* every product and c are zero */
+    double unit = ldexp(1.0, E - 13);
+    int64_t sum = (int64_t)trunc(c / unit);
+    for (int i = 0; i < n; i++)
+        sum += (int64_t)trunc((double)a[i] * (double)b[i] / unit); /* exact: a power of 2 */
+    if (sum == 0)
+        return 0.0;
+    uint64_t mag = sum < 0 ? (uint64_t)-sum : (uint64_t)sum;
+    int shift = 0;
+    while ((mag >> shift) >= (UINT64_C(1) << 14))
+        shift++;
+    double v = ldexp((double)(mag >> shift), E - 13 + shift);
+    return sum < 0 ? -v : v;
+}
+
+/* [GEMM-ACC-HOPPER] [GEMM-ACC-PROMOTE] [GEMM-HOPPER-EPILOGUE] one element on tensor-scaled
+ * FP8 operands: segments of promote values (all of k for 0) summed in 32-wide steps, each
+ * segment's partial added into the FP32 accumulator with one rounding (the FP64 sum of two
+ * floats rounded to FP32 is correctly rounded), then z = fl(fl(t * acc) + (+0)). */
+static float gemm_hopper_element(const float *a, const float *b, int64_t k, int64_t promote,
+                                 int emin_a, int emin_b, float t)
+{
+    int64_t seg = promote > 0 ? promote : (k > 0 ? k : 1);
+    float acc = 0.0f;
+    for (int64_t s0 = 0; s0 < k; s0 += seg) {
+        int64_t s1 = s0 + seg < k ? s0 + seg : k;
+        double c = 0.0;
+        for (int64_t k0 = s0; k0 < s1; k0 += 32)
+            c = hopper_step(a + k0, b + k0, (int)(s1 - k0 < 32 ? s1 - k0 : 32), c, emin_a, emin_b);
+        acc = (float)((double)acc + c);
+    }
+    volatile float z = t * acc;
+    volatile float zp = z + 0.0f;
+    return zp;
+}
+
 /* Decoded rows x k values of an operand, or NULL when out of memory. */
 static float *operand_values(const qs_gemm_coded_operand *o, int64_t rows, int64_t k)
 {
@@ -451,14 +538,20 @@ static qs_status example_gemm(void *state, qs_gemm_args *g)
 {
     (void)state;
     int exact = g->acc.kind == QS_GEMM_ACC_EXACT;
-    if ((!exact && g->acc.kind != QS_GEMM_ACC_FP32_SEQ) || g->acc.promote_every != 0 ||
+    int hopper = g->acc.kind == QS_GEMM_ACC_HOPPER_FP8_TC;
+    int fp8 = (g->a.data->dtype == QS_E4M3 || g->a.data->dtype == QS_E5M2) &&
+              (g->b.data->dtype == QS_E4M3 || g->b.data->dtype == QS_E5M2);
+    if ((!exact && !hopper && g->acc.kind != QS_GEMM_ACC_FP32_SEQ) ||
+        (g->acc.promote_every != 0 && !hopper) || (hopper && !fp8) ||
         (g->out_dtype != QS_FP32 && g->out_dtype != QS_BF16) || g->beta != 0.0f ||
         g->a.scaling > QS_GEMM_SCALE_TENSOR || g->b.scaling > QS_GEMM_SCALE_TENSOR) {
         snprintf(g->why, g->why_len,
-                 "the example computes exact and fp32_seq GEMMs on "
-                 "tensor-scaled operands, FP32 or BF16 out, beta 0");
+                 "the example computes exact and fp32_seq GEMMs, and hopper_fp8_tc on FP8 "
+                 "codes, on tensor-scaled operands, FP32 or BF16 out, beta 0");
         return QS_ERR_UNSUPPORTED;
     }
+    int emin_a = g->a.data->dtype == QS_E4M3 ? -6 : -14;
+    int emin_b = g->b.data->dtype == QS_E4M3 ? -6 : -14;
     float ta = g->a.scaling == QS_GEMM_SCALE_TENSOR ? g->a.tensor_scale : 1.0f;
     float tb = g->b.scaling == QS_GEMM_SCALE_TENSOR ? g->b.tensor_scale : 1.0f;
     int32_t ea = pow2_exponent(g->alpha), eta = pow2_exponent(ta), etb = pow2_exponent(tb);
@@ -490,12 +583,13 @@ static qs_status example_gemm(void *state, qs_gemm_args *g)
             const float *ar = a + m * g->k, *br = b + n * g->k;
             float z =
                 exact ? gemm_exact_element(ar, br, k, shift, neg, g->out_dtype == QS_BF16 ? 8 : 24)
-                      : gemm_fp32_element(ar, br, k, t);
+                : hopper ? gemm_hopper_element(ar, br, k, g->acc.promote_every, emin_a, emin_b, t)
+                         : gemm_fp32_element(ar, br, k, t);
             size_t at = (size_t)(m * g->n + n);
             uint32_t bits;
             memcpy(&bits, &z, sizeof bits);
-            if (z != z) { /* an FP32 overflow met its opposite: the canonical NaN */
-                bits = 0x7FC00000u;
+            if (z != z) { /* an FP32 overflow met its opposite: the model's NaN */
+                bits = hopper ? 0x7FFFFFFFu : 0x7FC00000u;
                 memcpy(&z, &bits, sizeof z);
             }
             if (g->out_dtype == QS_FP32) {
@@ -510,7 +604,7 @@ static qs_status example_gemm(void *state, qs_gemm_args *g)
     free(a);
     free(b);
     if (st == QS_OK)
-        g->claim = QS_GEMM_CLAIM_MODEL; /* both models, bit for bit */
+        g->claim = QS_GEMM_CLAIM_MODEL; /* each model, bit for bit */
     return st;
 }
 
@@ -810,8 +904,8 @@ static const qs_backend example_table = {
     .struct_size = sizeof(qs_backend),
     .name = "example",
     .version = "1.0",
-    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR | QS_CAP_DIST | QS_CAP_CAST16 |
-            QS_CAP_SDPA,
+    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_DELAYED | QS_CAP_GEMM_TENSOR |
+            QS_CAP_DIST | QS_CAP_CAST16 | QS_CAP_SDPA,
     .open = example_open,
     .close = example_close,
     .device = example_device,
