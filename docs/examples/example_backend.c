@@ -878,6 +878,239 @@ static qs_status example_sdpa_bwd(void *state, qs_sdpa_args *a)
     return QS_OK;
 }
 
+/* ------------------------------------------------------- gdn (spec/attention.md) */
+
+/* Sequence n's first token row and its length [GDN-SHAPES] [GDN-VARLEN]. */
+static int64_t gdn_seq(const qs_gdn_params *p, int64_t n, int64_t *first)
+{
+    if (p->cu_seqlens) {
+        *first = p->cu_seqlens[n];
+        return p->cu_seqlens[n + 1] - p->cu_seqlens[n];
+    }
+    *first = n * p->t;
+    return p->t;
+}
+
+static int64_t gdn_rows(const qs_gdn_params *p)
+{
+    return p->cu_seqlens ? p->cu_seqlens[p->b] : p->b * p->t;
+}
+
+/* [GDN-L2NORM] the q or k head vectors x (rows * h of dk values) as the recurrence reads
+ * them, rounded to dt, and each vector's norm r (1 without the flag). */
+static void gdn_normalize(const qs_gdn_params *p, const float *x, int64_t nvec, float *xn, float *r)
+{
+    for (int64_t v = 0; v < nvec; v++) {
+        const float *xv = x + v * p->dk;
+        float ss = 0.0f;
+        for (int64_t d = 0; d < p->dk; d++)
+            ss += xv[d] * xv[d];
+        r[v] = p->use_qk_l2norm ? sqrtf(ss + 1e-6f) : 1.0f;
+        for (int64_t d = 0; d < p->dk; d++)
+            xn[v * p->dk + d] = p->use_qk_l2norm ? round_dt(p->dtype, xv[d] / r[v]) : xv[d];
+    }
+}
+
+/* One token of [GDN-RECURRENCE] on the state S [dk, dv]: decay, delta, rank-1 update;
+ * u gets the delta, o (when not NULL) the output row before its rounding. */
+static void gdn_token(const qs_gdn_params *p, float *S, const float *k, const float *v, float g,
+                      float beta, float *u, const float *q, float scale, float *o)
+{
+    float a = expf(g);
+    for (int64_t e = 0; e < p->dk * p->dv; e++)
+        S[e] *= a;
+    for (int64_t c = 0; c < p->dv; c++) {
+        float pred = 0.0f;
+        for (int64_t r = 0; r < p->dk; r++)
+            pred += S[r * p->dv + c] * k[r];
+        u[c] = beta * (v[c] - pred);
+    }
+    for (int64_t r = 0; r < p->dk; r++)
+        for (int64_t c = 0; c < p->dv; c++)
+            S[r * p->dv + c] += k[r] * u[c];
+    for (int64_t c = 0; o && c < p->dv; c++) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < p->dk; r++)
+            acc += S[r * p->dv + c] * (scale * q[r]);
+        o[c] = acc;
+    }
+}
+
+/* The normalized q and k of a call and their norms (NULL when out of memory). */
+typedef struct gdn_qk {
+    float *q, *k, *rq, *rk;
+} gdn_qk;
+
+static void gdn_qk_free(gdn_qk *n)
+{
+    free(n->q), free(n->k), free(n->rq), free(n->rk);
+}
+
+static int gdn_qk_make(const qs_gdn_args *a, gdn_qk *n)
+{
+    const qs_gdn_params *p = &a->p;
+    int64_t nvec = gdn_rows(p) * p->h;
+    n->q = malloc((size_t)(nvec * p->dk + 1) * sizeof(float));
+    n->k = malloc((size_t)(nvec * p->dk + 1) * sizeof(float));
+    n->rq = malloc((size_t)(nvec + 1) * sizeof(float));
+    n->rk = malloc((size_t)(nvec + 1) * sizeof(float));
+    if (!n->q || !n->k || !n->rq || !n->rk) {
+        gdn_qk_free(n);
+        return 0;
+    }
+    gdn_normalize(p, a->q, nvec, n->q, n->rq);
+    gdn_normalize(p, a->k, nvec, n->k, n->rk);
+    return 1;
+}
+
+/* The gdn_fwd slot: the token recurrence with libm's expf and sqrtf. */
+static qs_status example_gdn_fwd(void *state, qs_gdn_args *a)
+{
+    (void)state;
+    const qs_gdn_params *p = &a->p;
+    int64_t G = p->hv / p->h, sz = p->dk * p->dv;
+    gdn_qk n = {0};
+    float *S = malloc((size_t)(sz + p->dv + 1) * sizeof *S), *u = S ? S + sz : NULL;
+    float *o = malloc((size_t)(p->dv + 1) * sizeof *o);
+    if (!S || !o || !gdn_qk_make(a, &n)) {
+        free(S), free(o);
+        return QS_ERR_NOMEM;
+    }
+    for (int64_t s = 0; s < p->b; s++)
+        for (int64_t hv = 0; hv < p->hv; hv++) {
+            int64_t first, len = gdn_seq(p, s, &first), hq = hv / G;
+            for (int64_t e = 0; e < sz; e++)
+                S[e] = a->h0 ? a->h0[(s * p->hv + hv) * sz + e] : 0.0f;
+            for (int64_t i = 0; i < len; i++) {
+                int64_t row = first + i, at = row * p->hv + hv;
+                gdn_token(p, S, n.k + (row * p->h + hq) * p->dk, a->v + at * p->dv, a->g[at],
+                          a->beta[at], u, n.q + (row * p->h + hq) * p->dk, p->scale, o);
+                for (int64_t c = 0; c < p->dv; c++)
+                    a->o[at * p->dv + c] = round_dt(p->dtype, o[c]);
+            }
+            for (int64_t e = 0; a->ht && e < sz; e++)
+                a->ht[(s * p->hv + hv) * sz + e] = S[e];
+        }
+    gdn_qk_free(&n);
+    free(S), free(o);
+    a->claim = QS_ATTN_CLAIM_TOLERANCE; /* libm's exp and sqrt, not the reference's */
+    return QS_OK;
+}
+
+/* [GDN-L2NORM]'s backward of one vector, in place on the gradient dy of its normalized
+ * form: dx = (dy - y c) / r, y = x / r, c = sum y dy; then rounded to dt. */
+static void gdn_unnormalize(const qs_gdn_params *p, const float *x, float r, float *dy)
+{
+    float c = 0.0f;
+    for (int64_t d = 0; p->use_qk_l2norm && d < p->dk; d++)
+        c += (x[d] / r) * dy[d];
+    for (int64_t d = 0; d < p->dk; d++)
+        dy[d] = round_dt(p->dtype, p->use_qk_l2norm ? (dy[d] - (x[d] / r) * c) / r : dy[d]);
+}
+
+/* One (sequence, value head) of [GDN-BWD]: the forward again, keeping the state before
+ * every token in H (len + 1 states), then the tokens in decreasing order. */
+static void gdn_bwd_head(const qs_gdn_args *a, const gdn_qk *n, int64_t s, int64_t hv, float *H,
+                         float *w, float *dq, float *dk)
+{
+    const qs_gdn_params *p = &a->p;
+    int64_t sz = p->dk * p->dv, first, len = gdn_seq(p, s, &first), hq = hv / (p->hv / p->h);
+    float *dH = w, *hp = w + sz, *u = hp + sz, *rv = u + p->dv, *du = rv + p->dv;
+    for (int64_t e = 0; e < sz; e++) {
+        H[e] = a->h0 ? a->h0[(s * p->hv + hv) * sz + e] : 0.0f;
+        dH[e] = a->dht ? a->dht[(s * p->hv + hv) * sz + e] : 0.0f;
+    }
+    for (int64_t i = 0; i < len; i++) {
+        int64_t row = first + i, at = row * p->hv + hv;
+        memcpy(H + (i + 1) * sz, H + i * sz, (size_t)sz * sizeof *H);
+        gdn_token(p, H + (i + 1) * sz, n->k + (row * p->h + hq) * p->dk, a->v + at * p->dv,
+                  a->g[at], a->beta[at], u, NULL, 0.0f, NULL);
+    }
+    for (int64_t i = len - 1; i >= 0; i--) {
+        int64_t row = first + i, at = row * p->hv + hv, qk = (row * p->h + hq) * p->dk;
+        const float *kr = n->k + qk, *qr = n->q + qk, *h = H + (i + 1) * sz;
+        const float *dout = a->dout + at * p->dv, *vr = a->v + at * p->dv;
+        float ga = expf(a->g[at]), beta = a->beta[at], dbeta = 0.0f, dg = 0.0f;
+        for (int64_t e = 0; e < sz; e++)
+            hp[e] = H[i * sz + e] * ga;
+        for (int64_t c = 0; c < p->dv; c++) {
+            float pred = 0.0f;
+            for (int64_t r = 0; r < p->dk; r++)
+                pred += hp[r * p->dv + c] * kr[r];
+            rv[c] = vr[c] - pred;
+            u[c] = beta * rv[c];
+        }
+        for (int64_t r = 0; r < p->dk; r++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < p->dv; c++) {
+                acc += h[r * p->dv + c] * dout[c];
+                dH[r * p->dv + c] += (p->scale * qr[r]) * dout[c];
+            }
+            dq[qk + r] += p->scale * acc;
+        }
+        for (int64_t c = 0; c < p->dv; c++) {
+            du[c] = 0.0f;
+            for (int64_t r = 0; r < p->dk; r++)
+                du[c] += dH[r * p->dv + c] * kr[r];
+            dbeta += du[c] * rv[c];
+            a->dv[at * p->dv + c] = round_dt(p->dtype, beta * du[c]);
+        }
+        for (int64_t r = 0; r < p->dk; r++) {
+            float x1 = 0.0f, x2 = 0.0f;
+            for (int64_t c = 0; c < p->dv; c++) {
+                x1 += dH[r * p->dv + c] * u[c];
+                x2 += hp[r * p->dv + c] * -(beta * du[c]);
+            }
+            dk[qk + r] += x1 + x2;
+        }
+        for (int64_t r = 0; r < p->dk; r++)
+            for (int64_t c = 0; c < p->dv; c++) {
+                float d = dH[r * p->dv + c] + kr[r] * -(beta * du[c]);
+                dg += d * hp[r * p->dv + c];
+                dH[r * p->dv + c] = ga * d;
+            }
+        a->dbeta[at] = dbeta;
+        a->dg[at] = dg;
+    }
+    for (int64_t e = 0; a->dh0 && e < sz; e++)
+        a->dh0[(s * p->hv + hv) * sz + e] = dH[e];
+}
+
+/* The gdn_bwd slot [GDN-BWD]: per (sequence, value head), the states kept for every token
+ * (the example's inputs are small), dq and dk summed over the value heads, then the
+ * l2norm backward. */
+static qs_status example_gdn_bwd(void *state, qs_gdn_args *a)
+{
+    (void)state;
+    const qs_gdn_params *p = &a->p;
+    int64_t sz = p->dk * p->dv, nqk = gdn_rows(p) * p->h * p->dk, longest = 0;
+    for (int64_t s = 0; s < p->b; s++) {
+        int64_t first, len = gdn_seq(p, s, &first);
+        longest = len > longest ? len : longest;
+    }
+    gdn_qk n = {0};
+    float *H = malloc((size_t)((longest + 1) * sz) * sizeof *H);
+    float *w = malloc((size_t)(2 * sz + 3 * p->dv) * sizeof *w);
+    float *dq = calloc((size_t)nqk + 1, sizeof *dq), *dk = calloc((size_t)nqk + 1, sizeof *dk);
+    if (!H || !w || !dq || !dk || !gdn_qk_make(a, &n)) {
+        free(H), free(w), free(dq), free(dk);
+        return QS_ERR_NOMEM;
+    }
+    for (int64_t s = 0; s < p->b; s++)
+        for (int64_t hv = 0; hv < p->hv; hv++)
+            gdn_bwd_head(a, &n, s, hv, H, w, dq, dk);
+    for (int64_t v = 0; v < nqk / p->dk; v++) {
+        gdn_unnormalize(p, a->q + v * p->dk, n.rq[v], dq + v * p->dk);
+        gdn_unnormalize(p, a->k + v * p->dk, n.rk[v], dk + v * p->dk);
+    }
+    memcpy(a->dq, dq, (size_t)nqk * sizeof *dq);
+    memcpy(a->dk, dk, (size_t)nqk * sizeof *dk);
+    gdn_qk_free(&n);
+    free(H), free(w), free(dq), free(dk);
+    a->claim = QS_ATTN_CLAIM_TOLERANCE;
+    return QS_OK;
+}
+
 static qs_status example_open(void **state, char *why, size_t why_len)
 {
     (void)why;
@@ -905,7 +1138,7 @@ static const qs_backend example_table = {
     .name = "example",
     .version = "1.0",
     .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_DELAYED | QS_CAP_GEMM_TENSOR |
-            QS_CAP_DIST | QS_CAP_CAST16 | QS_CAP_SDPA,
+            QS_CAP_DIST | QS_CAP_CAST16 | QS_CAP_SDPA | QS_CAP_GDN,
     .open = example_open,
     .close = example_close,
     .device = example_device,
@@ -918,6 +1151,8 @@ static const qs_backend example_table = {
     .cast16 = example_cast16,
     .sdpa_fwd = example_sdpa_fwd,
     .sdpa_bwd = example_sdpa_bwd,
+    .gdn_fwd = example_gdn_fwd,
+    .gdn_bwd = example_gdn_bwd,
 };
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);
