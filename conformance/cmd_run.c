@@ -86,7 +86,7 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
         qsk_check_digests(c, &ref, r, update);
         if (pl) {
             qs_ctx_clear_error(ctx);
-            st = op->run_backend(ctx, pl, c, inputs, &got);
+            st = op->run_backend(ctx, pl, c, inputs, ref_runs ? &ref : NULL, &got);
             if (st == QS_ERR_UNSUPPORTED && got.n == 0) {
                 if (r->kind == QSK_RES_PASS) { /* the op's reason, when it gave one */
                     const char *why = qs_ctx_errmsg(ctx);

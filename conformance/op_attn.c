@@ -355,8 +355,9 @@ static qs_status sdpa_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *input
 /* [CASE-OP-SDPA] [CASE-PLUGIN-REF]: the case through sdpa_fwd (and sdpa_bwd when it gives
  * dout), compared with the reference's outputs as the case states. */
 static qs_status sdpa_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
-                              const qs_tensor *inputs, qsk_results *out)
+                              const qs_tensor *inputs, const qsk_results *ref, qsk_results *out)
 {
+    (void)ref; /* compared by the run (qsk_compare_outputs) */
     return sdpa_exec(ctx, pl, c, inputs, out);
 }
 
@@ -570,8 +571,9 @@ static qs_status gdn_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs
 /* [CASE-OP-GDN] [CASE-PLUGIN-REF]: the case through gdn_fwd (and gdn_bwd when it gives
  * dout), compared with the reference's outputs as the case states. */
 static qs_status gdn_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
-                             const qs_tensor *inputs, qsk_results *out)
+                             const qs_tensor *inputs, const qsk_results *ref, qsk_results *out)
 {
+    (void)ref; /* compared by the run (qsk_compare_outputs) */
     return gdn_exec(ctx, pl, c, inputs, out);
 }
 

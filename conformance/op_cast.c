@@ -161,8 +161,9 @@ static qs_status cast8_backend(qs_ctx *ctx, const qsk_plugin *pl, const cast_par
 /* [CASE-BACKEND-UNSUPPORTED]: the cast16 slot when the plugin has it (QS_CAP_CAST16), the
  * one-byte cast slot for what it covers, or not supported. */
 static qs_status cast_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
-                              const qs_tensor *inputs, qsk_results *out)
+                              const qs_tensor *inputs, const qsk_results *ref, qsk_results *out)
 {
+    (void)ref; /* compared by the run (qsk_compare_outputs) */
     cast_params p;
     qs_status st = cast_params_get(ctx, c, &p);
     if (st != QS_OK)

@@ -1027,6 +1027,8 @@ static void run_ranks(vrun *r, checker *ck)
     const qskp_variant *v = r->v;
     int n = v->ranks, all_world = 1, cols = v->parallel == QS_DIST_TENSOR;
     qs_dist_world w;
+    qsk_plugin_serial serial; /* [CASE-KERNEL-TABLE] the ranks' threads share the plugin */
+    memset(&serial, 0, sizeof serial);
     vrun *rr = calloc((size_t)n, sizeof *rr);
     checker *cks = calloc((size_t)n, sizeof *cks);
     qs_tensor *xs = calloc((size_t)n, sizeof *xs), *dys = calloc((size_t)n, sizeof *dys);
@@ -1037,6 +1039,8 @@ static void run_ranks(vrun *r, checker *ck)
     const qs_tensor *x = qsk_input_tensor(r->c, r->inputs, v->x), *dy = dy_input(r);
     if (st == QS_OK)
         st = make_world(r->ctx, r->c->program, v, &w, &all_world);
+    if (st == QS_OK && r->pl)
+        st = qsk_plugin_serial_init(&serial, r->pl);
     if (st == QS_OK && !cols)
         st = split2(r->ctx, x, n, 0, xs);
     if (st == QS_OK && dy)
@@ -1050,6 +1054,7 @@ static void run_ranks(vrun *r, checker *ck)
         rr[k].c = r->c;
         rr[k].inputs = r->inputs;
         rr[k].rank_ctx = 1;
+        rr[k].pl = r->pl ? &serial.plugin : NULL;
         rr[k].x_shard = cols ? NULL : &xs[k];
         rr[k].dy_shard = dy ? &dys[k] : NULL;
         rr[k].w_shard = cols ? &ws[k] : NULL;
@@ -1058,6 +1063,14 @@ static void run_ranks(vrun *r, checker *ck)
     if (st == QS_OK)
         qs_dist_world_run(r->ctx, &w, rank_variant, &job, NULL);
     int ok = st == QS_OK;
+    for (int k = 0; ok && k < n; k++) { /* a rank's refusal or weak claim is the variant's */
+        if (rr[k].refused && !r->refused) {
+            r->refused = 1;
+            snprintf(r->refused_why, sizeof r->refused_why, "rank %d: %s", k, rr[k].refused_why);
+        }
+        r->claim = rr[k].claim > r->claim ? rr[k].claim : r->claim;
+        r->attn_tol |= rr[k].attn_tol;
+    }
     for (int k = 0; ok && k < n; k++) {
         if (cks[k].count) {
             fail(ck, "rank %d: %s", k, cks[k].first);
@@ -1089,6 +1102,7 @@ static void run_ranks(vrun *r, checker *ck)
             qs_tensor_free(&ws[k]);
     }
     qs_dist_world_free(&w);
+    qsk_plugin_serial_free(&serial);
     free(rr);
     free(cks);
     free(xs);
@@ -1425,18 +1439,20 @@ static qs_status tolerance_check(qs_ctx *ctx, const qsk_case *c, const qsk_resul
  * of each run and the comparisons between variants are the self-consistency and trace
  * checks [CASE-PLUGIN-SELF] [CASE-PLUGIN-TRACE]; a run whose kernels all claim the
  * reference's arithmetic hands its outputs to the comparison with the reference
- * [CASE-PLUGIN-REF]; any other run is held to the default tolerance [CASE-PLUGIN-TOL]. Simulated
- * ranks (threads of one process) run only on the reference. */
+ * [CASE-PLUGIN-REF]; any other run is held to the default tolerance [CASE-PLUGIN-TOL] against
+ * ref, the outputs of the run's one reference run. Simulated ranks (threads of one process)
+ * run the plugin's kernels too, one slot call at a time (qsk_plugin_serial). */
 static qs_status program_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case *c,
-                                 const qs_tensor *inputs, qsk_results *out)
+                                 const qs_tensor *inputs, const qsk_results *ref, qsk_results *out)
 {
     const qskp_program *p = c->program;
     char why[192] = "";
     missing_slot(pl->table, &p->root, why, sizeof why);
     for (size_t i = 0; !why[0] && i < p->nvariants; i++)
-        if (p->variants[i].ranks > 1)
+        if (p->variants[i].ranks > 1 && !(pl->table->caps & QS_CAP_DIST))
             snprintf(why, sizeof why,
-                     "runs variant '%s' on %d simulated ranks, which run on the reference only",
+                     "has no given-amax quantization (QS_CAP_DIST) for variant '%s' on %d "
+                     "simulated ranks",
                      p->variants[i].name, p->variants[i].ranks);
     if (why[0]) {
         qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "backend %s %s: program case %s is not supported",
@@ -1447,14 +1463,14 @@ static qs_status program_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_ca
     qsk_results mine = {0};
     int attn_tol = 0;
     qs_status st = run_program(ctx, c, inputs, pl, &mine, &claim, &attn_tol);
-    /* a case of no outputs [CASE-TIER-SELF] needs no run of the reference */
+    /* the reference's outputs are the run's (its one run of the reference); a case of no
+     * outputs [CASE-TIER-SELF] has none */
     int tol = st == QS_OK && !c->self_only && (claim != QS_GEMM_CLAIM_MODEL || attn_tol);
-    qsk_results ref = {0};
-    if (tol)
-        st = run_program(ctx, c, inputs, NULL, &ref, NULL, NULL);
-    if (st == QS_OK && tol)
-        st = tolerance_check(ctx, c, &ref, &mine);
-    qsk_results_free(&ref);
+    if (tol && !ref)
+        st = qs_ctx_error(ctx, QS_ERR_INVALID_ARG,
+                          "program case %s: no reference outputs to hold the backend's to", c->id);
+    else if (tol)
+        st = tolerance_check(ctx, c, ref, &mine);
     if (st == QS_OK)
         for (size_t i = 0; i < mine.n && st == QS_OK; i++) {
             st = qsk_results_add(ctx, out, mine.names[i], &mine.t[i]);

@@ -484,8 +484,9 @@ static qs_status quantize_backend_dist(qs_ctx *ctx, const qsk_plugin *p, const q
  * slot does not run the case. The kit keeps the delayed-scaling state: it hands the backend
  * the current scale, records the amax the backend reports, and runs the update. */
 static qs_status quantize_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
-                                  const qs_tensor *inputs, qsk_results *out)
+                                  const qs_tensor *inputs, const qsk_results *ref, qsk_results *out)
 {
+    (void)ref; /* compared by the run (qsk_compare_outputs) */
     qs_recipe_config cfg;
     qs_status st = config_from(ctx, c, &cfg);
     if (st != QS_OK)

@@ -74,8 +74,9 @@ const qs_tensor *qsk_input_tensor(const qsk_case *c, const qs_tensor *inputs, co
 }
 
 qs_status qsk_op_no_backend_slot(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
-                                 const qs_tensor *inputs, qsk_results *out)
+                                 const qs_tensor *inputs, const qsk_results *ref, qsk_results *out)
 {
+    (void)ref;
     (void)ctx;
     (void)p;
     (void)c;

@@ -26,9 +26,12 @@ typedef struct qsk_op {
     qs_status (*check)(qs_ctx *ctx, const qsk_case *c);
     /* Computes every output with the reference. */
     qs_status (*run_ref)(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs, qsk_results *out);
-    /* Runs on a plugin; QS_ERR_UNSUPPORTED when the plugin lacks the capability or slot. */
+    /* Runs on a plugin; QS_ERR_UNSUPPORTED when the plugin lacks the capability or slot.
+     * ref holds the outputs run_ref computed for the same inputs (NULL when the reference
+     * did not run, [CASE-TIER-SELF]): an op that compares with the reference itself reads
+     * them and never runs the reference again. */
     qs_status (*run_backend)(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
-                             const qs_tensor *inputs, qsk_results *out);
+                             const qs_tensor *inputs, const qsk_results *ref, qsk_results *out);
 } qsk_op;
 
 const qsk_op *qsk_op_find(const char *name);
@@ -46,7 +49,7 @@ void qsk_results_free(qsk_results *r);
 /* The run_backend of an op whose kernels ABI v1 has no slot for yet: every plugin answers
  * QS_ERR_UNSUPPORTED, so its cases are reported as not supported [CASE-BACKEND-UNSUPPORTED]. */
 qs_status qsk_op_no_backend_slot(qs_ctx *ctx, const qsk_plugin *p, const qsk_case *c,
-                                 const qs_tensor *inputs, qsk_results *out);
+                                 const qs_tensor *inputs, const qsk_results *ref, qsk_results *out);
 /* The generated tensor of the case's input named name (inputs[] is in case order). */
 const qs_tensor *qsk_input_tensor(const qsk_case *c, const qs_tensor *inputs, const char *name);
 /* The list of ops, for `qspec show` and the docs. */

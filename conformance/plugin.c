@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,4 +218,104 @@ qs_status qsk_plugin_discover(qs_ctx *ctx, char ***paths, size_t *count)
     *paths = a.paths;
     *count = a.count;
     return QS_OK;
+}
+
+/* ------------------------------------------------------------ one slot at a time */
+
+/* The locking slots: take the mutex, call the plugin's slot with its own state, release. */
+static qs_status serial_quantize(void *state, const qs_quantize_args *a)
+{
+    qsk_plugin_serial *s = state;
+    pthread_mutex_lock(&s->mutex);
+    qs_status st = s->of->table->quantize(s->of->state, a);
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+}
+
+static qs_status serial_dequantize(void *state, const qs_dequantize_args *a)
+{
+    qsk_plugin_serial *s = state;
+    pthread_mutex_lock(&s->mutex);
+    qs_status st = s->of->table->dequantize(s->of->state, a);
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+}
+
+static qs_status serial_gemm(void *state, qs_gemm_args *a)
+{
+    qsk_plugin_serial *s = state;
+    pthread_mutex_lock(&s->mutex);
+    qs_status st = s->of->table->gemm(s->of->state, a);
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+}
+
+static qs_status serial_sdpa_fwd(void *state, qs_sdpa_args *a)
+{
+    qsk_plugin_serial *s = state;
+    pthread_mutex_lock(&s->mutex);
+    qs_status st = s->of->table->sdpa_fwd(s->of->state, a);
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+}
+
+static qs_status serial_sdpa_bwd(void *state, qs_sdpa_args *a)
+{
+    qsk_plugin_serial *s = state;
+    pthread_mutex_lock(&s->mutex);
+    qs_status st = s->of->table->sdpa_bwd(s->of->state, a);
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+}
+
+static qs_status serial_gdn_fwd(void *state, qs_gdn_args *a)
+{
+    qsk_plugin_serial *s = state;
+    pthread_mutex_lock(&s->mutex);
+    qs_status st = s->of->table->gdn_fwd(s->of->state, a);
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+}
+
+static qs_status serial_gdn_bwd(void *state, qs_gdn_args *a)
+{
+    qsk_plugin_serial *s = state;
+    pthread_mutex_lock(&s->mutex);
+    qs_status st = s->of->table->gdn_bwd(s->of->state, a);
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+}
+
+qs_status qsk_plugin_serial_init(qsk_plugin_serial *s, const qsk_plugin *pl)
+{
+    memset(s, 0, sizeof *s);
+    const qs_backend *t = pl->table;
+    s->of = pl;
+    s->table.abi_version = t->abi_version;
+    s->table.struct_size = (uint32_t)sizeof s->table;
+    s->table.name = t->name;
+    s->table.version = t->version;
+    s->table.caps = t->caps;
+    s->table.device = t->device;
+    s->table.quantize = t->quantize ? serial_quantize : NULL;
+    s->table.dequantize = t->dequantize ? serial_dequantize : NULL;
+    s->table.gemm = t->gemm ? serial_gemm : NULL;
+    s->table.sdpa_fwd = t->sdpa_fwd ? serial_sdpa_fwd : NULL;
+    s->table.sdpa_bwd = t->sdpa_bwd ? serial_sdpa_bwd : NULL;
+    s->table.gdn_fwd = t->gdn_fwd ? serial_gdn_fwd : NULL;
+    s->table.gdn_bwd = t->gdn_bwd ? serial_gdn_bwd : NULL;
+    s->plugin = *pl;
+    s->plugin.table = &s->table;
+    s->plugin.state = s;
+    if (pthread_mutex_init(&s->mutex, NULL) != 0)
+        return QS_ERR_NOMEM;
+    s->locked = 1;
+    return QS_OK;
+}
+
+void qsk_plugin_serial_free(qsk_plugin_serial *s)
+{
+    if (s->locked)
+        pthread_mutex_destroy(&s->mutex);
+    memset(s, 0, sizeof *s);
 }

@@ -5,6 +5,8 @@
 #ifndef QSPEC_KIT_PLUGIN_H
 #define QSPEC_KIT_PLUGIN_H
 
+#include <pthread.h>
+
 #include "qspec/backend.h"
 
 typedef struct qsk_plugin {
@@ -17,6 +19,22 @@ typedef struct qsk_plugin {
     int usable;              /* opened successfully */
     char why[256];           /* when not usable: the reason */
 } qsk_plugin;
+
+/* A loaded plugin as the threads of simulated ranks share it [CASE-PROG-RANKS]: the same
+ * table, with each kernel slot the engine calls (quantize, dequantize, gemm, sdpa_fwd/bwd,
+ * gdn_fwd/bwd) run under one mutex, so a plugin need not be thread-safe. Its other slots
+ * are NULL. plugin is the serialized plugin to hand to the engine; it borrows from s. */
+typedef struct qsk_plugin_serial {
+    qs_backend table;
+    const qsk_plugin *of;
+    qsk_plugin plugin;
+    pthread_mutex_t mutex;
+    int locked; /* the mutex was made */
+} qsk_plugin_serial;
+
+/* Fills s from pl; QS_ERR_NOMEM when the mutex cannot be made. */
+qs_status qsk_plugin_serial_init(qsk_plugin_serial *s, const qsk_plugin *pl);
+void qsk_plugin_serial_free(qsk_plugin_serial *s);
 
 /* Resolves a backend name to the path of its shared object (malloc'd); QS_ERR_IO if no
  * file is found, with the places searched in the message. */

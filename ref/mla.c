@@ -276,6 +276,61 @@ qs_status qsi_mla_lin_calibrate(qs_ctx *ctx, const qsi_mla_call *c, qs_quantizer
     return s;
 }
 
+/* ---------------------------------------------------------------- the absorbed einsums */
+
+/* A strided matrix: element (i, j) is at[i * rs + j * cs]. */
+typedef struct qsi_mla_view {
+    const float *at;
+    int64_t rs, cs;
+} qsi_mla_view;
+
+static qsi_mla_view qsi_mla_view_of(const float *at, int64_t rs, int64_t cs)
+{
+    qsi_mla_view v = {at, rs, cs};
+    return v;
+}
+
+/* Elements (i, j), i < rows, j < cols, of v packed row-major into out. */
+static void qsi_mla_pack(qsi_mla_view v, int64_t rows, int64_t cols, float *out)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            out[i * cols + j] = v.at[i * v.rs + j * v.cs];
+}
+
+/* One head's einsum of the absorbed form [MLA-ABSORBED] [MLA-BWD-ABSORBED]: for i < m and
+ * j < n, y(i, j) = the FP32 sum over increasing k from +0 of fl(a(i, k) b(j, k)), stored
+ * round_dt(y) at out[i * ors + j * ocs] (dt QS_FP32: unrounded). That sum is the fp32_seq
+ * GEMM of unscaled operands, so it goes through the gemm slot on packed copies of a and b. */
+static qs_status qsi_mla_head_einsum(qs_ctx *ctx, qsi_mla_view a, qsi_mla_view b, int64_t m,
+                                     int64_t n, int64_t k, float *out, int64_t ors, int64_t ocs,
+                                     qs_dtype dt)
+{
+    if (m == 0 || n == 0)
+        return QS_OK;
+    if (k == 0) { /* the empty sum */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                out[i * ors + j * ocs] = 0.0f;
+        return QS_OK;
+    }
+    float *pa = malloc((size_t)(m * k) * sizeof *pa), *pb = malloc((size_t)(n * k) * sizeof *pb);
+    qs_tensor y = {0};
+    qs_status s = pa && pb ? QS_OK : qs_ctx_error(ctx, QS_ERR_NOMEM, "mla: out of memory");
+    if (s == QS_OK) {
+        qsi_mla_pack(a, m, k, pa);
+        qsi_mla_pack(b, n, k, pb);
+        s = qsi_mla_gemm(ctx, pa, pb, m, n, k, &y);
+    }
+    for (int64_t i = 0; s == QS_OK && i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            out[i * ors + j * ocs] = qsi_attn_round(dt, ((const float *)y.data)[i * n + j]);
+    qs_tensor_free(&y);
+    free(pa);
+    free(pb);
+    return s;
+}
+
 /* ---------------------------------------------------------------- pieces */
 
 /* RMSNorm of each row [MLA-NORM]: y_i = round_dt(fl(fl(x_i * rstd) * w_i)),
@@ -354,16 +409,27 @@ qs_status qs_mla_rope_inv_freq(qs_ctx *ctx, const qs_mla_config *cfg, float *inv
     return QS_OK;
 }
 
-/* RoPE of one vector with precomputed inverse frequencies [MLA-ROPE]. */
-static void qsi_mla_rope_apply(const qs_mla_config *cfg, qs_dtype dt, const float *inv, int64_t pos,
-                               const float *x, float *y)
+/* The rotation constants of position pos [MLA-ROPE]: cs[j] = C_j = round_dt(fl(cos(pos
+ * inv_j) m)) and cs[dr/2 + j] = S_j = round_dt(fl(sin(pos inv_j) m)), j < dr/2, with m the
+ * YaRN mscale ratio. A block computes them once per token row for all its rotations. */
+static void qsi_mla_rope_consts(const qs_mla_config *cfg, qs_dtype dt, const float *inv,
+                                int64_t pos, float *cs)
 {
     float m = qsi_mla_mscale(cfg->yarn_factor, cfg->yarn_mscale) /
               qsi_mla_mscale(cfg->yarn_factor, cfg->yarn_mscale_all_dim);
     int64_t half = cfg->dr / 2;
     for (int64_t j = 0; j < half; j++) {
         float fr = (float)pos * inv[j];
-        float c = qsi_attn_round(dt, qs_cosf(fr) * m), s = qsi_attn_round(dt, qs_sinf(fr) * m);
+        cs[j] = qsi_attn_round(dt, qs_cosf(fr) * m);
+        cs[half + j] = qsi_attn_round(dt, qs_sinf(fr) * m);
+    }
+}
+
+/* RoPE of one vector of dr = 2 half values with its position's constants [MLA-ROPE]. */
+static void qsi_mla_rope_apply(int64_t half, qs_dtype dt, const float *cs, const float *x, float *y)
+{
+    for (int64_t j = 0; j < half; j++) {
+        float c = cs[j], s = cs[half + j];
         float a = x[2 * j], b = x[2 * j + 1];
         y[j] = qsi_attn_round(dt, qsi_attn_round(dt, a * c) + qsi_attn_round(dt, -b * s));
         y[half + j] = qsi_attn_round(dt, qsi_attn_round(dt, b * c) + qsi_attn_round(dt, a * s));
@@ -379,13 +445,15 @@ qs_status qs_mla_rope(qs_ctx *ctx, const qs_mla_config *cfg, qs_dtype dtype, int
         return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "qs_mla_rope: pos %lld outside 0..2^20",
                             (long long)pos);
     qs_status st = qsi_attn_check_dtype(ctx, "qs_mla_rope", dtype);
-    float inv[512];
+    float inv[512], cs[1024];
     if (st == QS_OK && cfg != NULL && cfg->dr > 1024)
         st = qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "qs_mla_rope: dr > 1024");
     if (st == QS_OK)
         st = qs_mla_rope_inv_freq(ctx, cfg, inv, NULL, NULL);
-    if (st == QS_OK)
-        qsi_mla_rope_apply(cfg, dtype, inv, pos, x, y);
+    if (st == QS_OK) {
+        qsi_mla_rope_consts(cfg, dtype, inv, pos, cs);
+        qsi_mla_rope_apply(cfg->dr / 2, dtype, cs, x, y);
+    }
     return st;
 }
 
@@ -454,6 +522,7 @@ struct qsi_mla_state {
     int64_t T;
     int64_t *pos;
     float inv[512];
+    float *rope; /* [T, dr]: each token row's rotation constants (qsi_mla_rope_consts) */
     const float *q_in, *ckv_in, *kpe_in; /* the region's inputs */
     /* down-projections: c_q (pre-norm), [c_kv | k_pe] and its two parts */
     float *cq, *kvc, *ckv, *kpe0;
@@ -513,13 +582,16 @@ qs_status qsi_mla_state_new(qs_ctx *ctx, const char *fn, const qsi_mla_block *b,
         bad |= *p[e] == NULL;
     }
     st->pos = malloc(((size_t)d.T + 1) * sizeof(int64_t));
+    st->rope = malloc(((size_t)(d.T * d.dr) + 1) * sizeof(float));
     qs_status s = QS_OK;
-    if (bad || st->pos == NULL)
+    if (bad || st->pos == NULL || st->rope == NULL)
         s = qs_ctx_error(ctx, QS_ERR_NOMEM, "%s: out of memory", fn);
     if (s == QS_OK) {
         qsi_mla_positions(b->shape, st->pos);
         s = qs_mla_rope_inv_freq(ctx, b->cfg, st->inv, NULL, NULL);
     }
+    for (int64_t t = 0; s == QS_OK && t < d.T; t++)
+        qsi_mla_rope_consts(b->cfg, b->shape->dtype, st->inv, st->pos[t], st->rope + t * d.dr);
     if (s != QS_OK) {
         qsi_mla_state_free(st);
         return s;
@@ -548,6 +620,7 @@ void qsi_mla_state_free(qsi_mla_state *st)
     for (int l = 0; l < QS_MLA_LINEAR_COUNT; l++)
         qsi_mla_saved_free(&st->sv[l]);
     free(st->pos);
+    free(st->rope);
     free(st);
 }
 
@@ -619,19 +692,17 @@ qs_status qsi_mla_fwd_down(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_ru
     return s;
 }
 
-/* Absorbed query part: q_abs[t, h, c] = round_dt(sum_d q_nope[t, h, d] W_UK[h][d][c]). */
-static void qsi_mla_absorb_q(const qsi_mla_block *b, const qsi_mla_dims *d, const float *q,
-                             float *query)
+/* Absorbed query part: q_abs[t, h, c] = round_dt(sum_d q_nope[t, h, d] W_UK[h][d][c]),
+ * one einsum per head. */
+static qs_status qsi_mla_absorb_q(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_dims *d,
+                                  const float *q, float *query)
 {
-    for (int64_t t = 0; t < d->T; t++)
-        for (int64_t h = 0; h < d->H; h++)
-            for (int64_t cc = 0; cc < d->rkv; cc++) {
-                float acc = 0.0f;
-                for (int64_t e = 0; e < d->dn; e++)
-                    acc =
-                        acc + q[(t * d->H + h) * d->dqin + e] * qsi_mla_wuk(b->cfg, b->w, h, e)[cc];
-                query[(t * d->H + h) * d->dq + cc] = qsi_attn_round(b->shape->dtype, acc);
-            }
+    qs_status s = QS_OK;
+    for (int64_t h = 0; s == QS_OK && h < d->H; h++)
+        s = qsi_mla_head_einsum(ctx, qsi_mla_view_of(q + h * d->dqin, d->H * d->dqin, 1),
+                                qsi_mla_view_of(qsi_mla_wuk(b->cfg, b->w, h, 0), 1, d->rkv), d->T,
+                                d->rkv, d->dn, query + h * d->dq, d->H * d->dq, 1, b->shape->dtype);
+    return s;
 }
 
 /* The plain K/V up-projection [MLA-LINEAR]: one kv_up linear over the combined rows, or
@@ -668,7 +739,6 @@ static qs_status qsi_mla_plain_kv(const qsi_mla_block *b, const qsi_mla_dims *d,
 qs_status qsi_mla_fwd_up(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
                          qsi_mla_state *st)
 {
-    (void)ctx;
     const qs_mla_config *c = b->cfg;
     const qs_mla_weights *w = b->w;
     qsi_mla_dims d = qsi_mla_dims_of(b);
@@ -686,27 +756,28 @@ qs_status qsi_mla_fwd_up(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runn
         return s;
     qsi_mla_rmsnorm(d.T, d.rkv, d.rkv, st->ckv_in, w->kv_norm, c->norm_eps, st->c, dt);
     for (int64_t t = 0; t < d.T; t++) /* [MLA-ROPE] */
-        qsi_mla_rope_apply(c, dt, st->inv, st->pos[t], st->kpe_in + t * d.dr, st->kpe + t * d.dr);
+        qsi_mla_rope_apply(d.dr / 2, dt, st->rope + t * d.dr, st->kpe_in + t * d.dr,
+                           st->kpe + t * d.dr);
     for (int64_t t = 0; t < d.T; t++)
         for (int64_t h = 0; h < d.H; h++) {
             const float *qr = st->q + (t * d.H + h) * d.dqin;
             float *out = st->query + (t * d.H + h) * d.dq;
             if (!c->absorbed)
                 memcpy(out, qr, (size_t)d.dn * sizeof(float));
-            qsi_mla_rope_apply(c, dt, st->inv, st->pos[t], qr + d.dn, out + d.dq - d.dr);
+            qsi_mla_rope_apply(d.dr / 2, dt, st->rope + t * d.dr, qr + d.dn, out + d.dq - d.dr);
         }
     if (!c->absorbed)
         return qsi_mla_plain_kv(b, &d, r, st);
     s = qsi_mla_note(r, QSI_MLA_K_ABSORB, 0); /* [MLA-ABSORBED] [MLA-ABSORBED-HP] */
     if (s != QS_OK)
         return s;
-    qsi_mla_absorb_q(b, &d, st->q, st->query);
-    for (int64_t t = 0; t < d.T; t++) {
+    s = qsi_mla_absorb_q(ctx, b, &d, st->q, st->query);
+    for (int64_t t = 0; s == QS_OK && t < d.T; t++) {
         memcpy(st->key + t * d.dq, st->c + t * d.rkv, (size_t)d.rkv * sizeof(float));
         memcpy(st->key + t * d.dq + d.rkv, st->kpe + t * d.dr, (size_t)d.dr * sizeof(float));
         memcpy(st->value + t * d.rkv, st->c + t * d.rkv, (size_t)d.rkv * sizeof(float));
     }
-    return QS_OK;
+    return s;
 }
 
 static uint64_t qsi_mla_fnv(uint64_t h, const float *v, int64_t n)
@@ -785,17 +856,12 @@ qs_status qsi_mla_fwd_out(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_run
     const float *o = st->att;
     if (s == QS_OK && b->cfg->absorbed) /* [MLA-ABSORBED] [MLA-ABSORBED-HP] */
         s = qsi_mla_note(r, QSI_MLA_V_ABSORB, 0);
+    /* absorbed: o[t, h, e] = round_dt(sum_c lat[t, h, c] W_UV[h][e][c]), per head */
     if (s == QS_OK && b->cfg->absorbed) {
-        for (int64_t t = 0; t < d.T; t++)
-            for (int64_t h = 0; h < d.H; h++)
-                for (int64_t e = 0; e < d.dv; e++) {
-                    const float *lat = st->att + (t * d.H + h) * d.rkv;
-                    const float *wv = qsi_mla_wuv(b->cfg, b->w, h, e);
-                    float acc = 0.0f;
-                    for (int64_t cc = 0; cc < d.rkv; cc++)
-                        acc = acc + lat[cc] * wv[cc];
-                    st->o[(t * d.H + h) * d.dv + e] = qsi_attn_round(b->shape->dtype, acc);
-                }
+        for (int64_t h = 0; s == QS_OK && h < d.H; h++)
+            s = qsi_mla_head_einsum(ctx, qsi_mla_view_of(st->att + h * d.rkv, d.H * d.rkv, 1),
+                                    qsi_mla_view_of(qsi_mla_wuv(b->cfg, b->w, h, 0), d.rkv, 1), d.T,
+                                    d.dv, d.rkv, st->o + h * d.dv, d.H * d.dv, 1, b->shape->dtype);
         o = st->o;
     }
     if (s == QS_OK) { /* [MLA-ATTN] */
@@ -836,15 +902,10 @@ static void qsi_mla_rmsnorm_bwd(int64_t rows, int64_t n, int64_t ld, const float
  * C_j, S_j [MLA-BWD-ROPE]: with g1 = dy[j], g2 = dy[dr/2 + j],
  * dx[2j] = round_dt(round_dt(g1 C) + round_dt(g2 S)), dx[2j+1] = round_dt(round_dt(g2 C) +
  * round_dt(-g1 S)). */
-static void qsi_mla_rope_bwd(const qs_mla_config *cfg, qs_dtype dt, const float *inv, int64_t pos,
-                             const float *dy, float *dx)
+static void qsi_mla_rope_bwd(int64_t half, qs_dtype dt, const float *cs, const float *dy, float *dx)
 {
-    float m = qsi_mla_mscale(cfg->yarn_factor, cfg->yarn_mscale) /
-              qsi_mla_mscale(cfg->yarn_factor, cfg->yarn_mscale_all_dim);
-    int64_t half = cfg->dr / 2;
     for (int64_t j = 0; j < half; j++) {
-        float fr = (float)pos * inv[j];
-        float c = qsi_attn_round(dt, qs_cosf(fr) * m), s = qsi_attn_round(dt, qs_sinf(fr) * m);
+        float c = cs[j], s = cs[half + j];
         float g1 = dy[j], g2 = dy[half + j];
         dx[2 * j] = qsi_attn_round(dt, qsi_attn_round(dt, g1 * c) + qsi_attn_round(dt, g2 * s));
         dx[2 * j + 1] =
@@ -891,23 +952,17 @@ qs_status qsi_mla_bwd_attn(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_ru
         memcpy(st->d_att, st->d_o, (size_t)(d.T * d.H * d.dv) * sizeof(float));
     else
         s = qsi_mla_note(r, QSI_MLA_V_ABSORB, 1);
-    for (int64_t t = 0; s == QS_OK && c->absorbed && t < d.T; t++)
-        for (int64_t h = 0; h < d.H; h++)
-            for (int64_t cc = 0; cc < d.rkv; cc++) {
-                float acc = 0.0f;
-                for (int64_t e = 0; e < d.dv; e++)
-                    acc = acc + st->d_o[(t * d.H + h) * d.dv + e] * qsi_mla_wuv(c, b->w, h, e)[cc];
-                st->d_att[(t * d.H + h) * d.rkv + cc] = qsi_attn_round(dt, acc);
-            }
-    for (int64_t h = 0; s == QS_OK && c->absorbed && h < d.H; h++)
-        for (int64_t e = 0; e < d.dv; e++)
-            for (int64_t cc = 0; cc < d.rkv; cc++) {
-                float acc = 0.0f;
-                for (int64_t t = 0; t < d.T; t++)
-                    acc = acc +
-                          st->d_o[(t * d.H + h) * d.dv + e] * st->att[(t * d.H + h) * d.rkv + cc];
-                qsi_mla_duv(c, g, h, e)[cc] = acc;
-            }
+    for (int64_t h = 0; s == QS_OK && c->absorbed && h < d.H; h++) {
+        qsi_mla_view dout = qsi_mla_view_of(st->d_o + h * d.dv, d.H * d.dv, 1);
+        qsi_mla_view lat = qsi_mla_view_of(st->att + h * d.rkv, d.H * d.rkv, 1);
+        qsi_mla_view wuv = qsi_mla_view_of(qsi_mla_wuv(c, b->w, h, 0), d.rkv, 1);
+        s = qsi_mla_head_einsum(ctx, dout, qsi_mla_view_of(wuv.at, 1, d.rkv), d.T, d.rkv, d.dv,
+                                st->d_att + h * d.rkv, d.H * d.rkv, 1, dt);
+        if (s == QS_OK) /* the same operands, summed over t */
+            s = qsi_mla_head_einsum(ctx, qsi_mla_view_of(dout.at, 1, dout.rs),
+                                    qsi_mla_view_of(lat.at, 1, lat.rs), d.dv, d.rkv, d.T,
+                                    qsi_mla_duv(c, g, h, 0), d.rkv, 1, QS_FP32);
+    }
     if (s != QS_OK)
         return s;
     qs_sdpa_params p = qsi_mla_sdpa(b);
@@ -976,7 +1031,7 @@ static qs_status qsi_mla_bwd_kv(const qsi_mla_block *b, const qsi_mla_dims *d,
         }
         float *kv = st->d_kvc + t * (d->rkv + d->dr);
         memcpy(kv, st->d_ckv + t * d->rkv, (size_t)d->rkv * sizeof(float));
-        qsi_mla_rope_bwd(c, dt, st->inv, st->pos[t], rot, kv + d->rkv);
+        qsi_mla_rope_bwd(d->dr / 2, dt, st->rope + t * d->dr, rot, kv + d->rkv);
     }
     return QS_OK;
 }
@@ -986,7 +1041,7 @@ static qs_status qsi_mla_bwd_kv(const qsi_mla_block *b, const qsi_mla_dims *d,
  * with dW_UK[h][d][c] = sum_t q_nope[t,h,d] d_q_abs[t,h,c] [MLA-BWD-ABSORBED]; the pe
  * part the RoPE backward [MLA-BWD-ROPE]; then the q_up linear and the q norm (d_cq), or
  * the q_proj linear (dx_q). */
-static qs_status qsi_mla_bwd_q(const qsi_mla_block *b, const qsi_mla_dims *d,
+static qs_status qsi_mla_bwd_q(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_dims *d,
                                const qsi_mla_runner *r, const qs_mla_grads *g, qsi_mla_state *st)
 {
     const qs_mla_config *c = b->cfg;
@@ -1001,23 +1056,20 @@ static qs_status qsi_mla_bwd_q(const qsi_mla_block *b, const qsi_mla_dims *d,
             float *out = st->d_q + (t * d->H + h) * d->dqin;
             for (int64_t e = 0; e < d->dn && !c->absorbed; e++)
                 out[e] = dqr[e];
-            for (int64_t e = 0; e < d->dn && c->absorbed; e++) {
-                float acc = 0.0f;
-                for (int64_t cc = 0; cc < d->rkv; cc++)
-                    acc = acc + dqr[cc] * qsi_mla_wuk(c, w, h, e)[cc];
-                out[e] = qsi_attn_round(dt, acc);
-            }
-            qsi_mla_rope_bwd(c, dt, st->inv, st->pos[t], dqr + d->dq - d->dr, out + d->dn);
+            qsi_mla_rope_bwd(d->dr / 2, dt, st->rope + t * d->dr, dqr + d->dq - d->dr, out + d->dn);
         }
-    for (int64_t h = 0; h < d->H && c->absorbed; h++)
-        for (int64_t e = 0; e < d->dn; e++)
-            for (int64_t cc = 0; cc < d->rkv; cc++) {
-                float acc = 0.0f;
-                for (int64_t t = 0; t < d->T; t++)
-                    acc = acc + st->q[(t * d->H + h) * d->dqin + e] *
-                                    st->d_query[(t * d->H + h) * d->dq + cc];
-                qsi_mla_duk(c, g, h, e)[cc] = acc;
-            }
+    for (int64_t h = 0; s == QS_OK && h < d->H && c->absorbed; h++) {
+        qsi_mla_view dq = qsi_mla_view_of(st->d_query + h * d->dq, d->H * d->dq, 1);
+        qsi_mla_view qn = qsi_mla_view_of(st->q + h * d->dqin, d->H * d->dqin, 1);
+        s = qsi_mla_head_einsum(ctx, dq, qsi_mla_view_of(qsi_mla_wuk(c, w, h, 0), d->rkv, 1), d->T,
+                                d->dn, d->rkv, st->d_q + h * d->dqin, d->H * d->dqin, 1, dt);
+        if (s == QS_OK) /* summed over t */
+            s = qsi_mla_head_einsum(ctx, qsi_mla_view_of(qn.at, 1, qn.rs),
+                                    qsi_mla_view_of(dq.at, 1, dq.rs), d->dn, d->rkv, d->T,
+                                    qsi_mla_duk(c, g, h, 0), d->rkv, 1, QS_FP32);
+    }
+    if (s != QS_OK)
+        return s;
     if (d->rq == 0) {
         qsi_mla_call k = qsi_mla_mkcall(b, QS_MLA_Q_PROJ, d->hid, d->H * d->dqin, st->q_in, w->w_q);
         return qsi_mla_run_bwd(r, &k, st, st->d_q, st->dx_q, g->dw_q);
@@ -1034,10 +1086,9 @@ static qs_status qsi_mla_bwd_q(const qsi_mla_block *b, const qsi_mla_dims *d,
 qs_status qsi_mla_bwd_up(qs_ctx *ctx, const qsi_mla_block *b, const qsi_mla_runner *r,
                          const qs_mla_grads *g, qsi_mla_state *st)
 {
-    (void)ctx;
     qsi_mla_dims d = qsi_mla_dims_of(b);
     qs_status s = qsi_mla_bwd_kv(b, &d, r, g, st);
-    return s == QS_OK ? qsi_mla_bwd_q(b, &d, r, g, st) : s;
+    return s == QS_OK ? qsi_mla_bwd_q(ctx, b, &d, r, g, st) : s;
 }
 
 /* The down-projections (kv_down, then q_down) and dx = round_dt(fl(dx_q + dx_kv)). */

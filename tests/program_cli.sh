@@ -83,6 +83,6 @@ if [ -f "$EXAMPLE" ]; then
     expect_status "program cases on the example plugin" 0 "$QSPEC" run --quiet --backend "$EXAMPLE" \
         "$SUITE/scenarios-island.yaml" "$SUITE/scenarios-nesting.yaml" "$SUITE/scenarios-delayed.yaml" \
         "$SUITE/scenarios-mla.yaml" "$SUITE/scenarios-distributed.yaml"
-    expect_out "one passes, every other one is not supported" "^1 passed, 0 failed, $((total - 1)) skipped$"
+    expect_out "none fails, every one passes or is not supported" "^[0-9]+ passed, 0 failed, [0-9]+ skipped$"
 fi
 qst_done

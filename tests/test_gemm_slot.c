@@ -232,7 +232,7 @@ static qs_status run(const loaded *l, const char *id, const qsk_plugin *p, qsk_r
     memset(got, 0, sizeof *got);
     ck_assert_msg(op->run_ref(l->ctx, c, in, ref) == QS_OK, "%s", qs_ctx_errmsg(l->ctx));
     qs_ctx_clear_error(l->ctx);
-    qs_status st = op->run_backend(l->ctx, p, c, in, got);
+    qs_status st = op->run_backend(l->ctx, p, c, in, ref, got);
     for (int i = 0; i < 2; i++)
         qs_tensor_free(&in[i]);
     return st;

@@ -1001,7 +1001,7 @@ START_TEST(test_program_cases_are_not_supported_on_a_plugin_without_a_slot)
         qsk_results out;
         memset(&out, 0, sizeof out);
         table.caps = cases[i].caps;
-        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, &f.cases[0], NULL, &out);
+        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, &f.cases[0], NULL, NULL, &out);
         ck_assert_int_eq(st, QS_ERR_UNSUPPORTED);
         ck_assert_uint_eq(out.n, 0);
         ck_assert_msg(strstr(qs_ctx_errmsg(ctx), cases[i].why) &&
@@ -1073,7 +1073,7 @@ START_TEST(test_program_runs_on_a_plugins_slots_and_self_consistency_catches_dri
         d.drift = drift;
         d.calls = 0;
         memset(&got, 0, sizeof got);
-        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &got);
+        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &ref, &got);
         if (!drift) {
             ck_assert_msg(st == QS_OK, "%s", qs_ctx_errmsg(ctx));
             ck_assert_int_eq(d.calls, 7); /* 2 fprop, 1 replay, 2 x (dgrad, wgrad) */
@@ -1104,12 +1104,14 @@ END_TEST
 typedef struct tol_plugin {
     qs_ctx *ref;
     float rel;
+    int calls; /* gemm calls */
 } tol_plugin;
 
 static qs_status tol_gemm(void *state, qs_gemm_args *a)
 {
     tol_plugin *t = state;
     qs_status s = qs_ctx_backend(NULL)->gemm(t->ref, a);
+    t->calls++;
     for (size_t i = 0; s == QS_OK && i < a->y->numel; i++) {
         if (a->y->dtype == QS_FP32) {
             float *y = a->y->data;
@@ -1153,7 +1155,7 @@ START_TEST(test_program_outputs_on_an_fp32_claim_meet_the_default_tolerance)
     qsk_results ref;
     memset(&ref, 0, sizeof ref);
     ck_assert_int_eq(qsk_op_find("program")->run_ref(ctx, c, in, &ref), QS_OK);
-    tol_plugin t = {qs_ctx_new(), 0.0f};
+    tol_plugin t = {qs_ctx_new(), 0.0f, 0};
     qs_backend table = *qs_ctx_backend(NULL);
     table.name = "tol";
     table.gemm = tol_gemm;
@@ -1168,7 +1170,7 @@ START_TEST(test_program_outputs_on_an_fp32_claim_meet_the_default_tolerance)
         t.rel = rels[k];
         qsk_results got;
         memset(&got, 0, sizeof got);
-        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &got);
+        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &ref, &got);
         if (k == 0) {
             ck_assert_msg(st == QS_OK, "%s", qs_ctx_errmsg(ctx));
             ck_assert_uint_eq(got.n, 1);
@@ -1188,6 +1190,83 @@ START_TEST(test_program_outputs_on_an_fp32_claim_meet_the_default_tolerance)
     for (size_t i = 0; i < c->ninputs; i++)
         qs_tensor_free(&in[i]);
     qsk_results_free(&ref);
+    qs_ctx_free(t.ref);
+    qsk_case_file_free(&f);
+    qs_ctx_free(ctx);
+    free(text);
+}
+END_TEST
+
+/* [CASE-PLUGIN-TOL] a program case on a plugin that claims less than the reference runs
+ * the reference once, in the run: the op holds the plugin's outputs to the reference
+ * outputs the run hands it. Given the true ones it passes, with the plugin's gemm called
+ * for one run of the program and no more; given y doubled it fails, which a second run of
+ * the reference inside the op would have hidden; given none it refuses to compare. */
+START_TEST(test_program_on_a_plugin_is_held_to_the_runs_one_reference_run)
+{
+    const char *prog = "      - autocast:\n"
+                       "          recipe: current\n"
+                       "          body:\n"
+                       "            - linear: {name: lin1, w: w1}\n"
+                       "            - linear: {name: lin2, w: w2}\n"
+                       "      - backward: {dy: dy}\n";
+    char *text = case_text(prog, "", y_output);
+    qs_ctx *ctx = qs_ctx_new();
+    qsk_case_file f;
+    ck_assert_msg(load(ctx, text, &f) == QS_OK, "%s", qs_ctx_errmsg(ctx));
+    const qsk_case *c = &f.cases[0];
+    qs_tensor in[16];
+    memset(in, 0, sizeof in);
+    for (size_t i = 0; i < c->ninputs; i++)
+        ck_assert_int_eq(qsk_input_generate(ctx, &c->inputs[i], &in[i]), QS_OK);
+    qsk_results ref, doubled;
+    memset(&ref, 0, sizeof ref);
+    memset(&doubled, 0, sizeof doubled);
+    ck_assert_int_eq(qsk_op_find("program")->run_ref(ctx, c, in, &ref), QS_OK);
+    ck_assert_int_eq(qsk_op_find("program")->run_ref(ctx, c, in, &doubled), QS_OK);
+    ck_assert_str_eq(doubled.names[0], "y");
+    ck_assert_int_eq(doubled.t[0].dtype, QS_BF16);
+    for (size_t i = 0; i < doubled.t[0].numel; i++) {
+        uint16_t *y = doubled.t[0].data;
+        y[i] = qs_f32_to_bf16(2.0f * qs_bf16_to_f32(y[i]));
+    }
+    tol_plugin t = {qs_ctx_new(), 0.0f, 0};
+    qs_backend table = *qs_ctx_backend(NULL);
+    table.name = "tol";
+    table.gemm = tol_gemm;
+    table.quantize = tol_slot_quantize;
+    qsk_plugin pl;
+    memset(&pl, 0, sizeof pl);
+    pl.table = &table;
+    pl.state = &t;
+    pl.usable = 1;
+    const qsk_results *refs[3] = {&ref, &doubled, NULL};
+    const qs_status want[3] = {QS_OK, QS_ERR_STATE, QS_ERR_INVALID_ARG};
+    for (int k = 0; k < 3; k++) {
+        qsk_results got;
+        memset(&got, 0, sizeof got);
+        t.calls = 0;
+        qs_ctx_clear_error(ctx);
+        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, refs[k], &got);
+        ck_assert_msg(st == want[k], "ref %d: %s: %s", k, qs_status_name(st), qs_ctx_errmsg(ctx));
+        ck_assert_int_eq(t.calls, 6); /* one run: 2 fprop, 2 x (dgrad, wgrad) */
+        if (k == 0) {
+            ck_assert_uint_eq(got.n, 1);
+            ck_assert_int_eq(got.checked[0], 1);
+        } else if (k == 1) {
+            ck_assert_msg(strstr(qs_ctx_errmsg(ctx), "output=y: normwise relative error") &&
+                              strstr(qs_ctx_errmsg(ctx), "[CASE-PLUGIN-TOL]"),
+                          "%s", qs_ctx_errmsg(ctx));
+        } else {
+            ck_assert_msg(strstr(qs_ctx_errmsg(ctx), "no reference outputs"), "%s",
+                          qs_ctx_errmsg(ctx));
+        }
+        qsk_results_free(&got);
+    }
+    for (size_t i = 0; i < c->ninputs; i++)
+        qs_tensor_free(&in[i]);
+    qsk_results_free(&ref);
+    qsk_results_free(&doubled);
     qs_ctx_free(t.ref);
     qsk_case_file_free(&f);
     qs_ctx_free(ctx);
@@ -1252,18 +1331,22 @@ START_TEST(test_attention_claims_decide_how_program_outputs_are_compared)
     pl.table = &table;
     pl.state = attn_pl.ref;
     pl.usable = 1;
+    qsk_results ref;
+    memset(&ref, 0, sizeof ref);
+    ck_assert_int_eq(qsk_op_find("program")->run_ref(ctx, c, in, &ref), QS_OK);
     for (int k = 0; k < 2; k++) {
         attn_pl.claim = k ? QS_ATTN_CLAIM_TOLERANCE : QS_ATTN_CLAIM_REFERENCE;
         attn_pl.calls = 0;
         qsk_results got;
         memset(&got, 0, sizeof got);
-        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &got);
+        qs_status st = qsk_op_find("program")->run_backend(ctx, &pl, c, in, &ref, &got);
         ck_assert_msg(st == QS_OK, "%s", qs_ctx_errmsg(ctx));
         ck_assert_int_gt(attn_pl.calls, 1); /* forward and backward ran on the slots */
         ck_assert_uint_eq(got.n, 1);
         ck_assert_int_eq(got.checked[0], k);
         qsk_results_free(&got);
     }
+    qsk_results_free(&ref);
     for (size_t i = 0; i < c->ninputs; i++)
         qs_tensor_free(&in[i]);
     qs_ctx_free(attn_pl.ref);
@@ -1288,6 +1371,7 @@ int main(void)
     tcase_add_test(tc, test_program_cases_are_not_supported_on_a_plugin_without_a_slot);
     tcase_add_test(tc, test_program_runs_on_a_plugins_slots_and_self_consistency_catches_drift);
     tcase_add_test(tc, test_program_outputs_on_an_fp32_claim_meet_the_default_tolerance);
+    tcase_add_test(tc, test_program_on_a_plugin_is_held_to_the_runs_one_reference_run);
     tcase_add_test(tc, test_attention_claims_decide_how_program_outputs_are_compared);
     suite_add_tcase(s, tc);
     return qst_run(s);

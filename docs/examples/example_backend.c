@@ -2,12 +2,13 @@
  * the installed headers only (include/qspec/backend.h), never against libqspec. It
  * implements the `cast` slot for E4M3 and E5M2 under RNE with the satfinite policy, the
  * `cast16` slot for BF16 and FP16 under every rounding mode (stochastic rounding included)
- * and overflow policy, the `quantize` slot for current scaling and the `gemm` slot for the
- * `exact` and `fp32_seq` models on tensor-scaled operands (FP32, BF16 and FP16 values, E4M3
- * and E5M2 codes), which it claims bit for bit, and the `sdpa_fwd`/`sdpa_bwd` slots (naive
- * FP32 loops with libm's expf and logf, held to each case's tolerance), and claims nothing
- * else, so every other case is reported as not supported. The engine runs a program on these slots
- * when they are all the program needs (spec/cases.md [CASE-KERNEL-TABLE]). Built with
+ * and overflow policy, the `quantize` slot for current and delayed scaling, the `gemm` slot
+ * for the `exact` and `fp32_seq` models on tensor-scaled operands (FP32, BF16 and FP16
+ * values, E4M3 and E5M2 codes) and for `hopper_fp8_tc` on E4M3/E5M2 codes, which it claims
+ * bit for bit, and the `sdpa_fwd`/`sdpa_bwd` slots (naive FP32 loops with libm's expf and
+ * logf, held to each case's tolerance), and claims nothing else, so every other case is
+ * reported as not supported. The engine runs a program on these slots when they are all the
+ * program needs (spec/cases.md [CASE-KERNEL-TABLE]), on simulated ranks too. Built with
  * -DQS_EXAMPLE_PLANT_ERROR its current-scaling scale_inv is one ulp too large, and with
  * -DQS_EXAMPLE_PLANT_GEMM_ERROR its GEMMs leave out the last k: the kit's own tests prove that
  * exactly the cases covering the planted error then fail. It also has the distributed slots
@@ -106,15 +107,9 @@ static float load(const qs_tensor *x, size_t i)
     return f;
 }
 
-/* Current scaling as spec/recipes.md defines it: amax (NaN ignored), the scale
- * fp8_max / amax (1 for 0, Inf or NaN; FLT_MAX for an infinite quotient; optionally
- * floored to a power of two), scale_inv = 1 / scale, codes of x * scale; the columnwise
- * copy is the transpose. */
-static qs_status quantize_current(const qs_quantize_args *a)
+/* The amax of x: the largest magnitude, NaN ignored [REC-AMAX]. */
+static float tensor_amax(const qs_tensor *x)
 {
-    const qs_tensor *x = a->x;
-    qs_quantized *z = a->out;
-    int64_t rows = x->shape[0], cols = x->shape[1];
     float amax = 0.0f;
     for (size_t i = 0; i < x->numel; i++) {
         float v = load(x, i);
@@ -122,10 +117,45 @@ static qs_status quantize_current(const qs_quantize_args *a)
         if (v > amax)
             amax = v;
     }
+    return amax;
+}
+
+/* A tensorwise quantization with the scale given: scale_inv = 1 / scale, the codes of
+ * x * scale (the columnwise copy is the transpose), amax reported. */
+static qs_status quantize_tensorwise(const qs_quantize_args *a, float scale, float scale_inv,
+                                     float amax)
+{
+    const qs_tensor *x = a->x;
+    qs_quantized *z = a->out;
+    int64_t rows = x->shape[0], cols = x->shape[1];
+    for (int d = 0; d < 2; d++) {
+        if (!z->data[d].data)
+            continue;
+        ((float *)z->scale[d].data)[0] = scale_inv;
+        z->amax[d] = amax;
+        z->global_enc[d] = scale;
+        z->global_dec[d] = scale_inv;
+    }
+    for (int64_t m = 0; m < rows; m++)
+        for (int64_t k = 0; k < cols; k++) {
+            uint8_t code = encode(z->elem, load(x, (size_t)(m * cols + k)) * scale);
+            if (z->data[0].data)
+                ((uint8_t *)z->data[0].data)[m * cols + k] = code;
+            if (z->data[1].data)
+                ((uint8_t *)z->data[1].data)[k * rows + m] = code;
+        }
+    return QS_OK;
+}
+
+/* Current scaling as spec/recipes.md defines it: the scale fp8_max / amax (1 for 0, Inf or
+ * NaN; FLT_MAX for an infinite quotient; optionally floored to a power of two). */
+static qs_status quantize_current(const qs_quantize_args *a)
+{
+    float amax = tensor_amax(a->x);
     if (a->given_amax) /* the reduced amax of a distributed run */
         amax = a->given_amax[0];
     float floor_amax = amax < a->cfg->eps ? a->cfg->eps : amax; /* the reported amax is raw */
-    float fmax = z->elem == QS_E4M3 ? 448.0f : 57344.0f, scale = 1.0f;
+    float fmax = a->out->elem == QS_E4M3 ? 448.0f : 57344.0f, scale = 1.0f;
     if (floor_amax != 0.0f && floor_amax <= FLT_MAX) {
         scale = fmax / floor_amax;
         if (scale > FLT_MAX)
@@ -146,31 +176,26 @@ static qs_status quantize_current(const qs_quantize_args *a)
         memcpy(&scale_inv, &b, sizeof b);
     }
 #endif
-    for (int d = 0; d < 2; d++) {
-        if (!z->data[d].data)
-            continue;
-        ((float *)z->scale[d].data)[0] = scale_inv;
-        z->amax[d] = amax;
-        z->global_enc[d] = scale;
-        z->global_dec[d] = scale_inv;
-    }
-    for (int64_t m = 0; m < rows; m++)
-        for (int64_t k = 0; k < cols; k++) {
-            uint8_t code = encode(z->elem, load(x, (size_t)(m * cols + k)) * scale);
-            if (z->data[0].data)
-                ((uint8_t *)z->data[0].data)[m * cols + k] = code;
-            if (z->data[1].data)
-                ((uint8_t *)z->data[1].data)[k * rows + m] = code;
-        }
-    return QS_OK;
+    return quantize_tensorwise(a, scale, scale_inv, amax);
+}
+
+/* Delayed scaling [REC-DS-SCALE]: the kit keeps the history and hands over the scale of
+ * this step (ds_scale); the quantizer uses it and reports the amax it saw. */
+static qs_status quantize_delayed(const qs_quantize_args *a)
+{
+    return quantize_tensorwise(a, a->ds_scale, 1.0f / a->ds_scale, tensor_amax(a->x));
 }
 
 static qs_status example_quantize(void *state, const qs_quantize_args *args)
 {
     (void)state;
-    if (args->cfg->kind != QS_RECIPE_CURRENT || args->x->ndim != 2)
+    if (args->x->ndim != 2)
         return QS_ERR_UNSUPPORTED;
-    return quantize_current(args);
+    if (args->cfg->kind == QS_RECIPE_CURRENT)
+        return quantize_current(args);
+    if (args->cfg->kind == QS_RECIPE_DELAYED)
+        return quantize_delayed(args);
+    return QS_ERR_UNSUPPORTED;
 }
 
 /* ------------------------------------------------------------------ cast16 (spec/formats.md) */
@@ -437,6 +462,68 @@ static float gemm_fp32_element(const float *a, const float *b, int64_t k, float 
     return z;
 }
 
+/* [GEMM-ACC-HOPPER-ALIGN] e(x) = max(floor(log2 |x|), emin) for a nonzero x. */
+static int clamped_exponent(float x, int emin)
+{
+    int e;
+    frexp((double)x, &e); /* |x| = f 2^e, f in [0.5, 1) */
+    return e - 1 < emin ? emin : e - 1;
+}
+
+/* One 32-wide step of the Hopper model [GEMM-ACC-HOPPER]: the products of a[0..n) and
+ * b[0..n) and the partial c, each truncated toward zero to a multiple of 2^(E-13), are
+ * added as integers (FP8 products and c stay below 2^(E+2), so 33 of them below 2^22
+ * units), and the sum is truncated toward zero to 14 significant bits. */
+static double hopper_step(const float *a, const float *b, int n, double c, int emin_a, int emin_b)
+{
+    int E = INT32_MIN;
+    for (int i = 0; i < n; i++)
+        if (a[i] != 0.0f && b[i] != 0.0f) {
+            int e = clamped_exponent(a[i], emin_a) + clamped_exponent(b[i], emin_b);
+            E = e > E ? e : E;
+        }
+    if (c != 0.0) {
+        int ec;
+        frexp(c, &ec);
+        E = ec - 1 > E ? ec - 1 : E;
+    }
+    if (E == INT32_MIN)
+        return 0.0; /* every product and c are zero */
+    double unit = ldexp(1.0, E - 13);
+    int64_t sum = (int64_t)trunc(c / unit);
+    for (int i = 0; i < n; i++)
+        sum += (int64_t)trunc((double)a[i] * (double)b[i] / unit); /* exact: a power of 2 */
+    if (sum == 0)
+        return 0.0;
+    uint64_t mag = sum < 0 ? (uint64_t)-sum : (uint64_t)sum;
+    int shift = 0;
+    while ((mag >> shift) >= (UINT64_C(1) << 14))
+        shift++;
+    double v = ldexp((double)(mag >> shift), E - 13 + shift);
+    return sum < 0 ? -v : v;
+}
+
+/* [GEMM-ACC-HOPPER] [GEMM-ACC-PROMOTE] [GEMM-HOPPER-EPILOGUE] one element on tensor-scaled
+ * FP8 operands: segments of promote values (all of k for 0) summed in 32-wide steps, each
+ * segment's partial added into the FP32 accumulator with one rounding (the FP64 sum of two
+ * floats rounded to FP32 is correctly rounded), then z = fl(fl(t * acc) + (+0)). */
+static float gemm_hopper_element(const float *a, const float *b, int64_t k, int64_t promote,
+                                 int emin_a, int emin_b, float t)
+{
+    int64_t seg = promote > 0 ? promote : (k > 0 ? k : 1);
+    float acc = 0.0f;
+    for (int64_t s0 = 0; s0 < k; s0 += seg) {
+        int64_t s1 = s0 + seg < k ? s0 + seg : k;
+        double c = 0.0;
+        for (int64_t k0 = s0; k0 < s1; k0 += 32)
+            c = hopper_step(a + k0, b + k0, (int)(s1 - k0 < 32 ? s1 - k0 : 32), c, emin_a, emin_b);
+        acc = (float)((double)acc + c);
+    }
+    volatile float z = t * acc;
+    volatile float zp = z + 0.0f;
+    return zp;
+}
+
 /* Decoded rows x k values of an operand, or NULL when out of memory. */
 static float *operand_values(const qs_gemm_coded_operand *o, int64_t rows, int64_t k)
 {
@@ -451,14 +538,20 @@ static qs_status example_gemm(void *state, qs_gemm_args *g)
 {
     (void)state;
     int exact = g->acc.kind == QS_GEMM_ACC_EXACT;
-    if ((!exact && g->acc.kind != QS_GEMM_ACC_FP32_SEQ) || g->acc.promote_every != 0 ||
+    int hopper = g->acc.kind == QS_GEMM_ACC_HOPPER_FP8_TC;
+    int fp8 = (g->a.data->dtype == QS_E4M3 || g->a.data->dtype == QS_E5M2) &&
+              (g->b.data->dtype == QS_E4M3 || g->b.data->dtype == QS_E5M2);
+    if ((!exact && !hopper && g->acc.kind != QS_GEMM_ACC_FP32_SEQ) ||
+        (g->acc.promote_every != 0 && !hopper) || (hopper && !fp8) ||
         (g->out_dtype != QS_FP32 && g->out_dtype != QS_BF16) || g->beta != 0.0f ||
         g->a.scaling > QS_GEMM_SCALE_TENSOR || g->b.scaling > QS_GEMM_SCALE_TENSOR) {
         snprintf(g->why, g->why_len,
-                 "the example computes exact and fp32_seq GEMMs on "
-                 "tensor-scaled operands, FP32 or BF16 out, beta 0");
+                 "the example computes exact and fp32_seq GEMMs, and hopper_fp8_tc on FP8 "
+                 "codes, on tensor-scaled operands, FP32 or BF16 out, beta 0");
         return QS_ERR_UNSUPPORTED;
     }
+    int emin_a = g->a.data->dtype == QS_E4M3 ? -6 : -14;
+    int emin_b = g->b.data->dtype == QS_E4M3 ? -6 : -14;
     float ta = g->a.scaling == QS_GEMM_SCALE_TENSOR ? g->a.tensor_scale : 1.0f;
     float tb = g->b.scaling == QS_GEMM_SCALE_TENSOR ? g->b.tensor_scale : 1.0f;
     int32_t ea = pow2_exponent(g->alpha), eta = pow2_exponent(ta), etb = pow2_exponent(tb);
@@ -490,12 +583,13 @@ static qs_status example_gemm(void *state, qs_gemm_args *g)
             const float *ar = a + m * g->k, *br = b + n * g->k;
             float z =
                 exact ? gemm_exact_element(ar, br, k, shift, neg, g->out_dtype == QS_BF16 ? 8 : 24)
-                      : gemm_fp32_element(ar, br, k, t);
+                : hopper ? gemm_hopper_element(ar, br, k, g->acc.promote_every, emin_a, emin_b, t)
+                         : gemm_fp32_element(ar, br, k, t);
             size_t at = (size_t)(m * g->n + n);
             uint32_t bits;
             memcpy(&bits, &z, sizeof bits);
-            if (z != z) { /* an FP32 overflow met its opposite: the canonical NaN */
-                bits = 0x7FC00000u;
+            if (z != z) { /* an FP32 overflow met its opposite: the model's NaN */
+                bits = hopper ? 0x7FFFFFFFu : 0x7FC00000u;
                 memcpy(&z, &bits, sizeof z);
             }
             if (g->out_dtype == QS_FP32) {
@@ -510,7 +604,7 @@ static qs_status example_gemm(void *state, qs_gemm_args *g)
     free(a);
     free(b);
     if (st == QS_OK)
-        g->claim = QS_GEMM_CLAIM_MODEL; /* both models, bit for bit */
+        g->claim = QS_GEMM_CLAIM_MODEL; /* each model, bit for bit */
     return st;
 }
 
@@ -784,6 +878,239 @@ static qs_status example_sdpa_bwd(void *state, qs_sdpa_args *a)
     return QS_OK;
 }
 
+/* ------------------------------------------------------- gdn (spec/attention.md) */
+
+/* Sequence n's first token row and its length [GDN-SHAPES] [GDN-VARLEN]. */
+static int64_t gdn_seq(const qs_gdn_params *p, int64_t n, int64_t *first)
+{
+    if (p->cu_seqlens) {
+        *first = p->cu_seqlens[n];
+        return p->cu_seqlens[n + 1] - p->cu_seqlens[n];
+    }
+    *first = n * p->t;
+    return p->t;
+}
+
+static int64_t gdn_rows(const qs_gdn_params *p)
+{
+    return p->cu_seqlens ? p->cu_seqlens[p->b] : p->b * p->t;
+}
+
+/* [GDN-L2NORM] the q or k head vectors x (rows * h of dk values) as the recurrence reads
+ * them, rounded to dt, and each vector's norm r (1 without the flag). */
+static void gdn_normalize(const qs_gdn_params *p, const float *x, int64_t nvec, float *xn, float *r)
+{
+    for (int64_t v = 0; v < nvec; v++) {
+        const float *xv = x + v * p->dk;
+        float ss = 0.0f;
+        for (int64_t d = 0; d < p->dk; d++)
+            ss += xv[d] * xv[d];
+        r[v] = p->use_qk_l2norm ? sqrtf(ss + 1e-6f) : 1.0f;
+        for (int64_t d = 0; d < p->dk; d++)
+            xn[v * p->dk + d] = p->use_qk_l2norm ? round_dt(p->dtype, xv[d] / r[v]) : xv[d];
+    }
+}
+
+/* One token of [GDN-RECURRENCE] on the state S [dk, dv]: decay, delta, rank-1 update;
+ * u gets the delta, o (when not NULL) the output row before its rounding. */
+static void gdn_token(const qs_gdn_params *p, float *S, const float *k, const float *v, float g,
+                      float beta, float *u, const float *q, float scale, float *o)
+{
+    float a = expf(g);
+    for (int64_t e = 0; e < p->dk * p->dv; e++)
+        S[e] *= a;
+    for (int64_t c = 0; c < p->dv; c++) {
+        float pred = 0.0f;
+        for (int64_t r = 0; r < p->dk; r++)
+            pred += S[r * p->dv + c] * k[r];
+        u[c] = beta * (v[c] - pred);
+    }
+    for (int64_t r = 0; r < p->dk; r++)
+        for (int64_t c = 0; c < p->dv; c++)
+            S[r * p->dv + c] += k[r] * u[c];
+    for (int64_t c = 0; o && c < p->dv; c++) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < p->dk; r++)
+            acc += S[r * p->dv + c] * (scale * q[r]);
+        o[c] = acc;
+    }
+}
+
+/* The normalized q and k of a call and their norms (NULL when out of memory). */
+typedef struct gdn_qk {
+    float *q, *k, *rq, *rk;
+} gdn_qk;
+
+static void gdn_qk_free(gdn_qk *n)
+{
+    free(n->q), free(n->k), free(n->rq), free(n->rk);
+}
+
+static int gdn_qk_make(const qs_gdn_args *a, gdn_qk *n)
+{
+    const qs_gdn_params *p = &a->p;
+    int64_t nvec = gdn_rows(p) * p->h;
+    n->q = malloc((size_t)(nvec * p->dk + 1) * sizeof(float));
+    n->k = malloc((size_t)(nvec * p->dk + 1) * sizeof(float));
+    n->rq = malloc((size_t)(nvec + 1) * sizeof(float));
+    n->rk = malloc((size_t)(nvec + 1) * sizeof(float));
+    if (!n->q || !n->k || !n->rq || !n->rk) {
+        gdn_qk_free(n);
+        return 0;
+    }
+    gdn_normalize(p, a->q, nvec, n->q, n->rq);
+    gdn_normalize(p, a->k, nvec, n->k, n->rk);
+    return 1;
+}
+
+/* The gdn_fwd slot: the token recurrence with libm's expf and sqrtf. */
+static qs_status example_gdn_fwd(void *state, qs_gdn_args *a)
+{
+    (void)state;
+    const qs_gdn_params *p = &a->p;
+    int64_t G = p->hv / p->h, sz = p->dk * p->dv;
+    gdn_qk n = {0};
+    float *S = malloc((size_t)(sz + p->dv + 1) * sizeof *S), *u = S ? S + sz : NULL;
+    float *o = malloc((size_t)(p->dv + 1) * sizeof *o);
+    if (!S || !o || !gdn_qk_make(a, &n)) {
+        free(S), free(o);
+        return QS_ERR_NOMEM;
+    }
+    for (int64_t s = 0; s < p->b; s++)
+        for (int64_t hv = 0; hv < p->hv; hv++) {
+            int64_t first, len = gdn_seq(p, s, &first), hq = hv / G;
+            for (int64_t e = 0; e < sz; e++)
+                S[e] = a->h0 ? a->h0[(s * p->hv + hv) * sz + e] : 0.0f;
+            for (int64_t i = 0; i < len; i++) {
+                int64_t row = first + i, at = row * p->hv + hv;
+                gdn_token(p, S, n.k + (row * p->h + hq) * p->dk, a->v + at * p->dv, a->g[at],
+                          a->beta[at], u, n.q + (row * p->h + hq) * p->dk, p->scale, o);
+                for (int64_t c = 0; c < p->dv; c++)
+                    a->o[at * p->dv + c] = round_dt(p->dtype, o[c]);
+            }
+            for (int64_t e = 0; a->ht && e < sz; e++)
+                a->ht[(s * p->hv + hv) * sz + e] = S[e];
+        }
+    gdn_qk_free(&n);
+    free(S), free(o);
+    a->claim = QS_ATTN_CLAIM_TOLERANCE; /* libm's exp and sqrt, not the reference's */
+    return QS_OK;
+}
+
+/* [GDN-L2NORM]'s backward of one vector, in place on the gradient dy of its normalized
+ * form: dx = (dy - y c) / r, y = x / r, c = sum y dy; then rounded to dt. */
+static void gdn_unnormalize(const qs_gdn_params *p, const float *x, float r, float *dy)
+{
+    float c = 0.0f;
+    for (int64_t d = 0; p->use_qk_l2norm && d < p->dk; d++)
+        c += (x[d] / r) * dy[d];
+    for (int64_t d = 0; d < p->dk; d++)
+        dy[d] = round_dt(p->dtype, p->use_qk_l2norm ? (dy[d] - (x[d] / r) * c) / r : dy[d]);
+}
+
+/* One (sequence, value head) of [GDN-BWD]: the forward again, keeping the state before
+ * every token in H (len + 1 states), then the tokens in decreasing order. */
+static void gdn_bwd_head(const qs_gdn_args *a, const gdn_qk *n, int64_t s, int64_t hv, float *H,
+                         float *w, float *dq, float *dk)
+{
+    const qs_gdn_params *p = &a->p;
+    int64_t sz = p->dk * p->dv, first, len = gdn_seq(p, s, &first), hq = hv / (p->hv / p->h);
+    float *dH = w, *hp = w + sz, *u = hp + sz, *rv = u + p->dv, *du = rv + p->dv;
+    for (int64_t e = 0; e < sz; e++) {
+        H[e] = a->h0 ? a->h0[(s * p->hv + hv) * sz + e] : 0.0f;
+        dH[e] = a->dht ? a->dht[(s * p->hv + hv) * sz + e] : 0.0f;
+    }
+    for (int64_t i = 0; i < len; i++) {
+        int64_t row = first + i, at = row * p->hv + hv;
+        memcpy(H + (i + 1) * sz, H + i * sz, (size_t)sz * sizeof *H);
+        gdn_token(p, H + (i + 1) * sz, n->k + (row * p->h + hq) * p->dk, a->v + at * p->dv,
+                  a->g[at], a->beta[at], u, NULL, 0.0f, NULL);
+    }
+    for (int64_t i = len - 1; i >= 0; i--) {
+        int64_t row = first + i, at = row * p->hv + hv, qk = (row * p->h + hq) * p->dk;
+        const float *kr = n->k + qk, *qr = n->q + qk, *h = H + (i + 1) * sz;
+        const float *dout = a->dout + at * p->dv, *vr = a->v + at * p->dv;
+        float ga = expf(a->g[at]), beta = a->beta[at], dbeta = 0.0f, dg = 0.0f;
+        for (int64_t e = 0; e < sz; e++)
+            hp[e] = H[i * sz + e] * ga;
+        for (int64_t c = 0; c < p->dv; c++) {
+            float pred = 0.0f;
+            for (int64_t r = 0; r < p->dk; r++)
+                pred += hp[r * p->dv + c] * kr[r];
+            rv[c] = vr[c] - pred;
+            u[c] = beta * rv[c];
+        }
+        for (int64_t r = 0; r < p->dk; r++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < p->dv; c++) {
+                acc += h[r * p->dv + c] * dout[c];
+                dH[r * p->dv + c] += (p->scale * qr[r]) * dout[c];
+            }
+            dq[qk + r] += p->scale * acc;
+        }
+        for (int64_t c = 0; c < p->dv; c++) {
+            du[c] = 0.0f;
+            for (int64_t r = 0; r < p->dk; r++)
+                du[c] += dH[r * p->dv + c] * kr[r];
+            dbeta += du[c] * rv[c];
+            a->dv[at * p->dv + c] = round_dt(p->dtype, beta * du[c]);
+        }
+        for (int64_t r = 0; r < p->dk; r++) {
+            float x1 = 0.0f, x2 = 0.0f;
+            for (int64_t c = 0; c < p->dv; c++) {
+                x1 += dH[r * p->dv + c] * u[c];
+                x2 += hp[r * p->dv + c] * -(beta * du[c]);
+            }
+            dk[qk + r] += x1 + x2;
+        }
+        for (int64_t r = 0; r < p->dk; r++)
+            for (int64_t c = 0; c < p->dv; c++) {
+                float d = dH[r * p->dv + c] + kr[r] * -(beta * du[c]);
+                dg += d * hp[r * p->dv + c];
+                dH[r * p->dv + c] = ga * d;
+            }
+        a->dbeta[at] = dbeta;
+        a->dg[at] = dg;
+    }
+    for (int64_t e = 0; a->dh0 && e < sz; e++)
+        a->dh0[(s * p->hv + hv) * sz + e] = dH[e];
+}
+
+/* The gdn_bwd slot [GDN-BWD]: per (sequence, value head), the states kept for every token
+ * (the example's inputs are small), dq and dk summed over the value heads, then the
+ * l2norm backward. */
+static qs_status example_gdn_bwd(void *state, qs_gdn_args *a)
+{
+    (void)state;
+    const qs_gdn_params *p = &a->p;
+    int64_t sz = p->dk * p->dv, nqk = gdn_rows(p) * p->h * p->dk, longest = 0;
+    for (int64_t s = 0; s < p->b; s++) {
+        int64_t first, len = gdn_seq(p, s, &first);
+        longest = len > longest ? len : longest;
+    }
+    gdn_qk n = {0};
+    float *H = malloc((size_t)((longest + 1) * sz) * sizeof *H);
+    float *w = malloc((size_t)(2 * sz + 3 * p->dv) * sizeof *w);
+    float *dq = calloc((size_t)nqk + 1, sizeof *dq), *dk = calloc((size_t)nqk + 1, sizeof *dk);
+    if (!H || !w || !dq || !dk || !gdn_qk_make(a, &n)) {
+        free(H), free(w), free(dq), free(dk);
+        return QS_ERR_NOMEM;
+    }
+    for (int64_t s = 0; s < p->b; s++)
+        for (int64_t hv = 0; hv < p->hv; hv++)
+            gdn_bwd_head(a, &n, s, hv, H, w, dq, dk);
+    for (int64_t v = 0; v < nqk / p->dk; v++) {
+        gdn_unnormalize(p, a->q + v * p->dk, n.rq[v], dq + v * p->dk);
+        gdn_unnormalize(p, a->k + v * p->dk, n.rk[v], dk + v * p->dk);
+    }
+    memcpy(a->dq, dq, (size_t)nqk * sizeof *dq);
+    memcpy(a->dk, dk, (size_t)nqk * sizeof *dk);
+    gdn_qk_free(&n);
+    free(H), free(w), free(dq), free(dk);
+    a->claim = QS_ATTN_CLAIM_TOLERANCE;
+    return QS_OK;
+}
+
 static qs_status example_open(void **state, char *why, size_t why_len)
 {
     (void)why;
@@ -810,8 +1137,8 @@ static const qs_backend example_table = {
     .struct_size = sizeof(qs_backend),
     .name = "example",
     .version = "1.0",
-    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_GEMM_TENSOR | QS_CAP_DIST | QS_CAP_CAST16 |
-            QS_CAP_SDPA,
+    .caps = QS_CAP_CAST | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_DELAYED | QS_CAP_GEMM_TENSOR |
+            QS_CAP_DIST | QS_CAP_CAST16 | QS_CAP_SDPA | QS_CAP_GDN,
     .open = example_open,
     .close = example_close,
     .device = example_device,
@@ -824,6 +1151,8 @@ static const qs_backend example_table = {
     .cast16 = example_cast16,
     .sdpa_fwd = example_sdpa_fwd,
     .sdpa_bwd = example_sdpa_bwd,
+    .gdn_fwd = example_gdn_fwd,
+    .gdn_bwd = example_gdn_bwd,
 };
 
 const qs_backend *qs_backend_entry_v1(uint32_t abi_version);
