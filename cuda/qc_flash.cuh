@@ -227,9 +227,10 @@ __device__ __forceinline__ void mma_xb(float (*acc)[4], const uint32_t (*hi)[4],
 }
 
 /* Tile shapes: KD (q/k head dim, padded), DV (v head dim, padded), BN (the streamed tile's
- * rows), OC (the output columns one block computes). */
-template <int KD_, int DV_, int BN_, int OC_> struct shape {
+ * rows), OC (the output columns one block computes), NBUF (buffers of the streamed tile). */
+template <int KD_, int DV_, int BN_, int OC_, int NBUF_> struct shape {
     static constexpr int KD = KD_, DV = DV_, BN = BN_, OC = OC_;
+    static constexpr int NBUF = NBUF_; /* 2: the next streamed tile loads during this one */
     static constexpr int LK = KD + 8, LV = DV + 8; /* padded rows: no bank conflicts */
 };
 
@@ -240,10 +241,13 @@ __global__ void __launch_bounds__(kThreads)
 {
     extern __shared__ __align__(16) unsigned char smraw[];
     constexpr int LK = S::LK, LO = S::OC + 8, BN = S::BN;
-    T *sq = reinterpret_cast<T *>(smraw), *sk = sq + kRows * LK, *sv = sk + BN * LK;
+    T *sq = reinterpret_cast<T *>(smraw), *skv = sq + kRows * LK;
     int nch = (g.dv + S::OC - 1) / S::OC;
     int s = blockIdx.z / nch, c0 = (blockIdx.z % nch) * S::OC, hh = blockIdx.y;
-    int i0 = blockIdx.x * kRows, lq = g.len(0, s), lk = g.len(1, s);
+    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
+    /* causal: the longest rows first, so the short ones fill the last wave */
+    int qt = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    int i0 = qt * kRows, lq = g.len(0, s), lk = g.len(1, s);
     if (i0 >= lq || lk == 0)
         return; /* [ATTN-EMPTY-ROW] rows keep o 0, lse -inf */
     int hk = hh / (g.h / g.hkv), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -254,7 +258,6 @@ __global__ void __launch_bounds__(kThreads)
     const T *kg = k + (g.base(1, s) * g.hkv + hk) * g.d;
     const T *vg = v + (g.base(1, s) * g.hkv + hk) * g.dv;
     load_tile(sq, LK, kRows, S::KD, qg, ts * g.h * g.d, i0, lq - i0, 0, g.d, vq);
-    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
     int kend = causal ? min(lk, i0 + kRows) : lk;
     float sl2 = g.scale * kLog2e;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -263,12 +266,23 @@ __global__ void __launch_bounds__(kThreads)
     for (int nb = 0; nb < S::OC / 8; nb++)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     int row0 = i0 + warp * 16 + gr;
-    for (int j0 = 0; j0 < kend; j0 += BN) {
-        __syncthreads();
-        load_tile(sk, LK, BN, S::KD, kg, ts * g.hkv * g.d, j0, lk - j0, 0, g.d, vq);
-        load_tile(sv, LO, BN, S::OC, vg, ts * g.hkv * g.dv, j0, lk - j0, c0, g.dv, vv);
+    auto load_kv = [&](int j, int buf) {
+        T *bk = skv + buf * (BN * LK + BN * LO);
+        load_tile(bk, LK, BN, S::KD, kg, ts * g.hkv * g.d, j, lk - j, 0, g.d, vq);
+        load_tile(bk + BN * LK, LO, BN, S::OC, vg, ts * g.hkv * g.dv, j, lk - j, c0, g.dv, vv);
+    };
+    load_kv(0, 0);
+    for (int j0 = 0, it = 0; j0 < kend; j0 += BN, it++) {
+        int buf = S::NBUF == 2 ? (it & 1) : 0;
+        if (S::NBUF == 1 && it > 0) {
+            __syncthreads(); /* every warp is done with the previous tile */
+            load_kv(j0, 0);
+        }
         cp_wait();
         __syncthreads();
+        if (S::NBUF == 2 && j0 + BN < kend)
+            load_kv(j0 + BN, buf ^ 1); /* its buffer was freed by the barrier above */
+        const T *sk = skv + buf * (BN * LK + BN * LO), *sv = sk + BN * LK;
         float x[BN / 8][4];
 #pragma unroll
         for (int nb = 0; nb < BN / 8; nb++)
@@ -362,11 +376,12 @@ __global__ void __launch_bounds__(kThreads)
 {
     extern __shared__ __align__(16) unsigned char smraw[];
     constexpr int LK = S::LK, LV = S::LV, BN = S::BN;
-    T *sq = reinterpret_cast<T *>(smraw), *sdo = sq + kRows * LK, *sk = sdo + kRows * LV,
-      *sv = sk + BN * LK;
+    T *sq = reinterpret_cast<T *>(smraw), *sdo = sq + kRows * LK, *skv = sdo + kRows * LV;
     int nch = (g.d + S::OC - 1) / S::OC;
     int s = blockIdx.z / nch, c0 = (blockIdx.z % nch) * S::OC, hh = blockIdx.y;
-    int i0 = blockIdx.x * kRows, lq = g.len(0, s), lk = g.len(1, s);
+    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
+    int qt = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; /* longest rows first */
+    int i0 = qt * kRows, lq = g.len(0, s), lk = g.len(1, s);
     if (i0 >= lq || lk == 0)
         return;
     int hk = hh / (g.h / g.hkv), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -380,7 +395,6 @@ __global__ void __launch_bounds__(kThreads)
               vq);
     load_tile(sdo, LV, kRows, S::DV, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0, lq - i0, 0,
               g.dv, vv);
-    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
     int kend = causal ? min(lk, i0 + kRows) : lk;
     float sl2 = g.scale * kLog2e;
     int row0 = i0 + warp * 16 + gr;
@@ -397,12 +411,23 @@ __global__ void __launch_bounds__(kThreads)
     for (int nb = 0; nb < S::OC / 8; nb++)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     bool big = false;
-    for (int j0 = 0; j0 < kend; j0 += BN) {
-        __syncthreads();
-        load_tile(sk, LK, BN, S::KD, kg, ts * g.hkv * g.d, j0, lk - j0, 0, g.d, vq);
-        load_tile(sv, LV, BN, S::DV, vg, ts * g.hkv * g.dv, j0, lk - j0, 0, g.dv, vv);
+    auto load_kv = [&](int j, int buf) {
+        T *bk = skv + buf * (BN * LK + BN * LV);
+        load_tile(bk, LK, BN, S::KD, kg, ts * g.hkv * g.d, j, lk - j, 0, g.d, vq);
+        load_tile(bk + BN * LK, LV, BN, S::DV, vg, ts * g.hkv * g.dv, j, lk - j, 0, g.dv, vv);
+    };
+    load_kv(0, 0);
+    for (int j0 = 0, it = 0; j0 < kend; j0 += BN, it++) {
+        int buf = S::NBUF == 2 ? (it & 1) : 0;
+        if (S::NBUF == 1 && it > 0) {
+            __syncthreads();
+            load_kv(j0, 0);
+        }
         cp_wait();
         __syncthreads();
+        if (S::NBUF == 2 && j0 + BN < kend)
+            load_kv(j0 + BN, buf ^ 1);
+        const T *sk = skv + buf * (BN * LK + BN * LV), *sv = sk + BN * LK;
         float x[BN / 8][4], dp[BN / 8][4];
 #pragma unroll
         for (int nb = 0; nb < BN / 8; nb++)
@@ -457,9 +482,8 @@ __global__ void __launch_bounds__(kThreads)
 {
     extern __shared__ __align__(16) unsigned char smraw[];
     constexpr int LK = S::LK, LV = S::LV, BM = S::BN;
-    T *sk = reinterpret_cast<T *>(smraw), *sv = sk + kRows * LK, *sq = sv + kRows * LV,
-      *sdo = sq + BM * LK;
-    float *sl = reinterpret_cast<float *>(sdo + BM * LV), *sd = sl + BM;
+    T *sk = reinterpret_cast<T *>(smraw), *sv = sk + kRows * LK, *sqd = sv + kRows * LV;
+    float *sld = reinterpret_cast<float *>(sqd + S::NBUF * (BM * LK + BM * LV));
     int nck = (g.d + S::OC - 1) / S::OC, ncv = (g.dv + S::OC - 1) / S::OC;
     int s = blockIdx.z / (nck + ncv), ch = blockIdx.z % (nck + ncv), hk = blockIdx.y;
     bool kmode = ch < nck;
@@ -486,20 +510,39 @@ __global__ void __launch_bounds__(kThreads)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     bool big = false;
     int grp = g.h / g.hkv;
-    for (int hh = hk * grp; hh < (hk + 1) * grp; hh++) {
-        const T *qg = q + (qb * g.h + hh) * g.d, *dg = dout + (qb * g.h + hh) * g.dv;
-        for (int i0 = istart; i0 < lq; i0 += BM) {
+    /* the query tiles of the group's heads, one after another: tile t is head
+     * hk * grp + t / nqt, rows istart + (t % nqt) * BM */
+    int nqt = lq > istart ? (lq - istart + BM - 1) / BM : 0, nt = grp * nqt;
+    auto load_q = [&](int t, int buf) {
+        int hh = hk * grp + t / nqt, i0 = istart + (t % nqt) * BM;
+        T *bq = sqd + buf * (BM * LK + BM * LV);
+        float *bl = sld + buf * 2 * BM;
+        load_tile(bq, LK, BM, S::KD, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0, 0, g.d,
+                  vq);
+        load_tile(bq + BM * LK, LV, BM, S::DV, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0,
+                  lq - i0, 0, g.dv, vv);
+        for (int r = threadIdx.x; r < BM; r += kThreads) {
+            int64_t idx = (qb + (i0 + r) * ts) * g.h + hh;
+            bool ok = i0 + r < lq;
+            bl[r] = ok ? lse[idx] * kLog2e : INFINITY; /* P 0 on padding rows */
+            bl[BM + r] = ok ? dd[idx] : 0.0f;
+        }
+    };
+    if (nt > 0)
+        load_q(0, 0);
+    for (int t = 0; t < nt; t++) {
+        int buf = S::NBUF == 2 ? (t & 1) : 0, i0 = istart + (t % nqt) * BM;
+        if (S::NBUF == 1 && t > 0) {
             __syncthreads();
-            load_tile(sq, LK, BM, S::KD, qg, ts * g.h * g.d, i0, lq - i0, 0, g.d, vq);
-            load_tile(sdo, LV, BM, S::DV, dg, ts * g.h * g.dv, i0, lq - i0, 0, g.dv, vv);
-            for (int r = threadIdx.x; r < BM; r += kThreads) {
-                int64_t idx = (qb + (i0 + r) * ts) * g.h + hh;
-                bool ok = i0 + r < lq;
-                sl[r] = ok ? lse[idx] * kLog2e : INFINITY; /* P 0 on padding rows */
-                sd[r] = ok ? dd[idx] : 0.0f;
-            }
-            cp_wait();
-            __syncthreads();
+            load_q(t, 0);
+        }
+        cp_wait();
+        __syncthreads();
+        if (S::NBUF == 2 && t + 1 < nt)
+            load_q(t + 1, buf ^ 1);
+        const T *sq = sqd + buf * (BM * LK + BM * LV), *sdo = sq + BM * LK;
+        const float *sl = sld + buf * 2 * BM, *sd = sl + BM;
+        {
             float x[BM / 8][4];
 #pragma unroll
             for (int nb = 0; nb < BM / 8; nb++)
@@ -576,37 +619,37 @@ inline int dim_class(int d, int dv)
  * chunk recomputes the scores). BN 32 where 64 would not fit shared memory or registers. */
 template <int C> struct cls;
 template <> struct cls<0> {
-    using F = shape<64, 64, 64, 64>;
-    using Q = shape<64, 64, 64, 64>;
-    using KV = shape<64, 64, 64, 64>;
+    using F = shape<64, 64, 64, 64, 2>;
+    using Q = shape<64, 64, 64, 64, 2>;
+    using KV = shape<64, 64, 64, 64, 2>;
 };
 template <> struct cls<1> {
-    using F = shape<128, 128, 64, 128>;
-    using Q = shape<128, 128, 64, 128>;
-    using KV = shape<128, 128, 64, 128>;
+    using F = shape<128, 128, 64, 128, 2>;
+    using Q = shape<128, 128, 64, 128, 2>;
+    using KV = shape<128, 128, 64, 128, 2>;
 };
 template <> struct cls<2> {
-    using F = shape<192, 128, 64, 128>;
-    using Q = shape<192, 128, 32, 192>;
-    using KV = shape<192, 128, 32, 64>;
+    using F = shape<192, 128, 64, 128, 2>;
+    using Q = shape<192, 128, 32, 192, 2>;
+    using KV = shape<192, 128, 32, 64, 2>;
 };
 template <> struct cls<3> {
-    using F = shape<576, 512, 64, 128>;
-    using Q = shape<576, 512, 32, 192>;
-    using KV = shape<576, 512, 32, 64>;
+    using F = shape<576, 512, 32, 128, 2>;
+    using Q = shape<576, 512, 32, 192, 1>;
+    using KV = shape<576, 512, 32, 64, 1>;
 };
 
 template <class S> constexpr size_t fwd_smem()
 {
-    return (size_t)(kRows * S::LK + S::BN * S::LK + S::BN * (S::OC + 8)) * 2;
+    return (size_t)(kRows * S::LK + S::NBUF * (S::BN * S::LK + S::BN * (S::OC + 8))) * 2;
 }
 template <class S> constexpr size_t dq_smem()
 {
-    return (size_t)(kRows * S::LK + kRows * S::LV + S::BN * S::LK + S::BN * S::LV) * 2;
+    return (size_t)(kRows * S::LK + kRows * S::LV + S::NBUF * (S::BN * S::LK + S::BN * S::LV)) * 2;
 }
 template <class S> constexpr size_t dkv_smem()
 {
-    return dq_smem<S>() + 2 * S::BN * sizeof(float);
+    return dq_smem<S>() + S::NBUF * 2 * S::BN * sizeof(float);
 }
 
 /* The forward of every query row: o [tq, h, dv] (FP32, rounded to g.dt), lse [tq, h] (may
