@@ -228,8 +228,10 @@ __device__ __forceinline__ void mma_xb(float (*acc)[4], const uint32_t (*hi)[4],
 
 /* Tile shapes: KD (q/k head dim, padded), DV (v head dim, padded), BN (the streamed tile's
  * rows), OC (the output columns one block computes), NBUF (buffers of the streamed tile). */
-template <int KD_, int DV_, int BN_, int OC_, int NBUF_> struct shape {
+template <int KD_, int DV_, int BN_, int OC_, int NBUF_, int OCV_ = OC_> struct shape {
     static constexpr int KD = KD_, DV = DV_, BN = BN_, OC = OC_;
+    static constexpr int OCV = OCV_; /* dkv: the dv chunk (OC is the dk chunk) */
+    static constexpr int OMAX = OC > OCV ? OC : OCV;
     static constexpr int NBUF = NBUF_; /* 2: the next streamed tile loads during this one */
     static constexpr int LK = KD + 8, LV = DV + 8; /* padded rows: no bank conflicts */
 };
@@ -484,10 +486,10 @@ __global__ void __launch_bounds__(kThreads)
     constexpr int LK = S::LK, LV = S::LV, BM = S::BN;
     T *sk = reinterpret_cast<T *>(smraw), *sv = sk + kRows * LK, *sqd = sv + kRows * LV;
     float *sld = reinterpret_cast<float *>(sqd + S::NBUF * (BM * LK + BM * LV));
-    int nck = (g.d + S::OC - 1) / S::OC, ncv = (g.dv + S::OC - 1) / S::OC;
+    int nck = (g.d + S::OC - 1) / S::OC, ncv = (g.dv + S::OCV - 1) / S::OCV;
     int s = blockIdx.z / (nck + ncv), ch = blockIdx.z % (nck + ncv), hk = blockIdx.y;
     bool kmode = ch < nck;
-    int c0 = (kmode ? ch : ch - nck) * S::OC;
+    int c0 = kmode ? ch * S::OC : (ch - nck) * S::OCV, width = kmode ? S::OC : S::OCV;
     int j0 = blockIdx.x * kRows, lq = g.len(0, s), lk = g.len(1, s);
     if (j0 >= lk)
         return;
@@ -504,9 +506,9 @@ __global__ void __launch_bounds__(kThreads)
     int istart = causal ? (j0 / BM) * BM : 0;
     float sl2 = g.scale * kLog2e;
     int key0 = j0 + warp * 16 + gr;
-    float acc[S::OC / 8][4];
+    float acc[S::OMAX / 8][4];
 #pragma unroll
-    for (int nb = 0; nb < S::OC / 8; nb++)
+    for (int nb = 0; nb < S::OMAX / 8; nb++)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     bool big = false;
     int grp = g.h / g.hkv;
@@ -576,7 +578,7 @@ __global__ void __launch_bounds__(kThreads)
                 mma_xb<T, BM / 16, S::OC / 8, kSplit>(acc, xh, xl, sq + c0, LK);
             } else {
                 to_a<T, BM / 8, kSplit>(x, xh, xl);
-                mma_xb<T, BM / 16, S::OC / 8, kSplit>(acc, xh, xl, sdo + c0, LV);
+                mma_xb<T, BM / 16, S::OCV / 8, kSplit>(acc, xh, xl, sdo + c0, LV);
             }
         }
     }
@@ -592,11 +594,11 @@ __global__ void __launch_bounds__(kThreads)
             continue;
         int64_t krow = (kb + key * ts) * g.hkv + hk;
 #pragma unroll
-        for (int nb = 0; nb < S::OC / 8; nb++)
+        for (int nb = 0; nb < S::OMAX / 8; nb++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int col = c0 + nb * 8 + 2 * tq + e;
-                if (col < dim) {
+                if (nb * 8 < width && col < dim) {
                     float y = acc[nb][r * 2 + e] * mul;
                     out[krow * dim + col] = g.dt == QS_FP32 ? y : ops<T>::round(y);
                 }
@@ -615,7 +617,7 @@ inline int dim_class(int d, int dv)
 }
 
 /* Per class, the tiles of each pass. OC divides the dims it chunks: forward OC | DV; dq
- * OC | KD; dkv OC | KD and OC | DV (one block computes one chunk of dk or of dv, and each
+ * OC | KD; dkv OC | KD and OCV | DV (one block computes one chunk of dk or of dv, and each
  * chunk recomputes the scores). BN 32 where 64 would not fit shared memory or registers. */
 template <int C> struct cls;
 template <> struct cls<0> {
@@ -631,12 +633,12 @@ template <> struct cls<1> {
 template <> struct cls<2> {
     using F = shape<192, 128, 64, 128, 2>;
     using Q = shape<192, 128, 32, 192, 2>;
-    using KV = shape<192, 128, 32, 64, 2>;
+    using KV = shape<192, 128, 32, 192, 2, 128>;
 };
 template <> struct cls<3> {
-    using F = shape<576, 512, 32, 128, 2>;
-    using Q = shape<576, 512, 32, 192, 1>;
-    using KV = shape<576, 512, 32, 64, 1>;
+    using F = shape<576, 512, 32, 256, 2>;
+    using Q = shape<576, 512, 32, 288, 1>;
+    using KV = shape<576, 512, 32, 192, 1, 128>;
 };
 
 template <class S> constexpr size_t fwd_smem()
@@ -696,7 +698,7 @@ cudaError_t bwd_launch(const geo &g, int maxq, int maxk, const T *q, const T *k,
             g, q, k, v, dout, lse, dd, dq, overflow);
     }
     if (maxk > 0) {
-        int nch = (g.d + SK::OC - 1) / SK::OC + (g.dv + SK::OC - 1) / SK::OC;
+        int nch = (g.d + SK::OC - 1) / SK::OC + (g.dv + SK::OCV - 1) / SK::OCV;
         kkv<<<dim3((maxk + kRows - 1) / kRows, g.hkv, g.b * nch), kThreads, smk, st>>>(
             g, q, k, v, dout, lse, dd, dk, dv, overflow);
     }
