@@ -6,7 +6,8 @@
  * split form the plugin runs and in the single-rounding form of the peers (P and dS rounded
  * to BF16 once). TFLOP/s count the causal half: forward 2 B H S^2 (d_qk + d_v) / 2, backward
  * 2.5 times that (the convention of the FlashAttention papers and cuda/bench/attn_peer.py).
- * Usage: attn_bench [--no-timing]. Needs a GPU; exit 1 when a check fails. */
+ * Usage: attn_bench [--no-timing | --profile d128|mla] (--profile: only that shape, no
+ * checks; for ncu). Needs a GPU; exit 1 when a check fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +305,14 @@ int main(int argc, char **argv)
         return 77;
     }
     unsetenv("QSPEC_CUDA_SDPA"); /* the slots' own path stays the reference order */
+    if (argc > 2 && strcmp(argv[1], "--profile") == 0) {
+        /* one shape, no checks: for ncu (the first launches are the split forward, dq, dkv) */
+        if (strcmp(argv[2], "mla") == 0)
+            time_shape<3>("b1 h128/1 s4096 absorbed 576/512 causal", 1, 4096, 128, 1, 576, 512);
+        else
+            time_shape<1>("b2 h16 s4096 d128 causal", 2, 4096, 16, 16, 128, 128);
+        return 0;
+    }
     check_all();
     printf("attn_bench: %d checks failing\n", g_fail);
     fflush(stdout);
