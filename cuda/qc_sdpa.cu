@@ -10,11 +10,13 @@
  * three passes (max, sum, output). The faster tensor-core kernels replace these behind the
  * same slots. */
 #include <float.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <vector>
 
 #include "qc_attn.cuh"
+#include "qc_flash.h"
 #include "qc_slots.h"
 
 namespace qc
@@ -379,6 +381,18 @@ void fill(float *x, size_t n, float v)
 
 using qc::dbuf;
 
+/* QSPEC_CUDA_SDPA, read once: "reference" (the default) keeps every request on the
+ * reference-order kernels above; "flash" sends the BF16/FP16 requests the flash kernels
+ * take to cuda/qc_flash.cu (a tolerance claim). Any other value is the default. */
+static bool sdpa_flash_wanted(void)
+{
+    static const bool flash = [] {
+        const char *e = getenv("QSPEC_CUDA_SDPA");
+        return e && strcmp(e, "flash") == 0;
+    }();
+    return flash;
+}
+
 qs_status qc_slot_sdpa_fwd(void *state, qs_sdpa_args *a)
 {
     (void)state;
@@ -386,6 +400,8 @@ qs_status qc_slot_sdpa_fwd(void *state, qs_sdpa_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
+    if (sdpa_flash_wanted() && qc_flash_takes(a))
+        return qc_flash_fwd(a);
     /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
     a->claim = QS_ATTN_CLAIM_REFERENCE;
     const qs_sdpa_params &p = a->p;
@@ -422,6 +438,12 @@ qs_status qc_slot_sdpa_bwd(void *state, qs_sdpa_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
+    if (sdpa_flash_wanted() && qc_flash_takes(a)) {
+        int fell_back = 0;
+        st = qc_flash_bwd(a, &fell_back);
+        if (st != QS_OK || !fell_back)
+            return st;
+    }
     /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
     a->claim = QS_ATTN_CLAIM_REFERENCE;
     const qs_sdpa_params &p = a->p;

@@ -1,0 +1,15 @@
+/* qc_flash.h: the flash path of the sdpa slots (cuda/qc_flash.cu), chosen by
+ * cuda/qc_sdpa.cu under QSPEC_CUDA_SDPA (docs/sdpa.md). */
+#ifndef QC_FLASH_H
+#define QC_FLASH_H
+
+#include "qspec/backend.h"
+
+/* Whether the flash kernels implement the request (BF16 or FP16, d <= 576, dv <= 512). */
+bool qc_flash_takes(const qs_sdpa_args *a);
+/* The flash forward and backward; each claims QS_ATTN_CLAIM_TOLERANCE. The backward sets
+ * *fell_back (and writes nothing) when an FP16 dS left FP16's range. */
+qs_status qc_flash_fwd(qs_sdpa_args *a);
+qs_status qc_flash_bwd(qs_sdpa_args *a, int *fell_back);
+
+#endif
