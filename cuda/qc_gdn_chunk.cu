@@ -10,7 +10,9 @@
  *     sequence's chunks with the FP32 state S [dk][64] in shared memory: Vn = U - W S,
  *     o = scale e^G (Q S) + A Vn, S = e^{G_last} S + (K . e^{G_last - G})^T Vn.
  * A partial last chunk is zero-padded (k, q, v, beta = 0, G held at its last valid value),
- * so padded rows contribute nothing. */
+ * so padded rows contribute nothing. These kernels keep every tile in FP32 shared memory
+ * and convert operands as they load them (BF16, or the TF32 pair); the BF16-staged pair
+ * wy_fast_kernel / state_fast_kernel below does the same work on BF16 tiles. */
 #include <cuda_bf16.h>
 #include <vector>
 
@@ -443,6 +445,446 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
     return cudaGetLastError();
 }
 
+/* ---------------------------------------------------------------- the BF16-staged path */
+/* kGdnMmaBf16Smem: the same algorithm with dk = 128 and BF16 tiles in shared memory read by
+ * ldmatrix, BF16 W, U and A in the workspace, and the state kernel's tiles of the next
+ * chunk fetched by cp.async while the current one is computed. The FP32 state stays in
+ * shared memory; its BF16 copy is the matmul operand. */
+
+constexpr int kLdH = kMaxD + 8;           /* BF16 row stride of [64][128] tiles (272 B) */
+constexpr int kLdH64 = kC + 8;            /* BF16 row stride of [.][64] tiles (144 B) */
+constexpr int kTileH = kC * kLdH * 2;     /* bytes */
+constexpr int kTileH64 = kC * kLdH64 * 2; /* bytes */
+constexpr int kTileF = kC * kLdC * 4;     /* bytes, = kTileH */
+static_assert(kTileF == kTileH, "the FP32 [64][68] and BF16 [64][136] tiles alias");
+constexpr size_t kWyFastSmem = 5 * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float);
+constexpr int kStageBytes = 3 * kTileH + 2 * kTileH64;
+constexpr size_t kStateFastSmem = static_cast<size_t>(kMaxD) * kLdV * 4 +
+                                  static_cast<size_t>(kMaxD) * kLdH64 * 2 + 2 * kStageBytes +
+                                  2 * kTileH64 + (2 * kC + 3 * kC + 1) * sizeof(float);
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16 *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* The A fragment (16 x 16 from row m0, column k0) of A stored [m][k]. */
+__device__ __forceinline__ void frag_a_mk(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4(a, s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 8);
+}
+/* The A fragment of A stored transposed, [k][m]. */
+__device__ __forceinline__ void frag_a_km(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4_t(a, s + (k0 + (l & 7) + (l >> 4) * 8) * ld + m0 + ((l >> 3) & 1) * 8);
+}
+/* The B fragments of two 8-column tiles (n0, n0 + 8; k0 .. k0 + 16) of B stored [k][n]:
+ * b[0], b[1] for the first, b[2], b[3] for the second. */
+__device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
+}
+/* The same of B stored transposed, [n][k]. */
+__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 8);
+}
+
+__device__ __forceinline__ void mma2(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                     const uint32_t (&b)[4])
+{
+    mma_bf16(c0, a, b[0], b[1]);
+    mma_bf16(c1, a, b[2], b[3]);
+}
+
+__device__ __forceinline__ void st_pair(bf16 *p, float x, float y)
+{
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool on)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(on ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool on)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(on ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* The inclusive cumsum of 64 gates, x0 = g[lane] and x1 = g[lane + 32] (0 past the
+ * chunk), by one warp: a shuffle scan of each half, then the first half's total added to
+ * the second. */
+__device__ __forceinline__ void warp_cumsum64(float &x0, float &x1)
+{
+    int l = threadIdx.x & 31;
+    for (int off = 1; off < 32; off <<= 1) {
+        float y0 = __shfl_up_sync(0xffffffffu, x0, off), y1 = __shfl_up_sync(0xffffffffu, x1, off);
+        if (l >= off) {
+            x0 = __fadd_rn(x0, y0);
+            x1 = __fadd_rn(x1, y1);
+        }
+    }
+    x1 = __fadd_rn(x1, __shfl_sync(0xffffffffu, x0, 31));
+}
+
+/* Rows of 128 BF16 (or 64) from global into a tile, 16 bytes a copy; rows >= nc zero. */
+__device__ __forceinline__ void tile_rows(bool r64, int ldt, bf16 *t, int64_t nc, const bf16 *base,
+                                          int64_t stride)
+{
+    int per = r64 ? 8 : 16;
+    for (int e = threadIdx.x; e < kC * per; e += kThreads) {
+        int i = e / per, c = e % per;
+        bool on = i < nc;
+        cp_async16(t + i * ldt + c * 8, on ? base + i * stride + c * 8 : base, on);
+    }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
+                   const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A)
+{
+    extern __shared__ __align__(16) unsigned char smb[];
+    bf16 *Kh = reinterpret_cast<bf16 *>(smb), *Qh = reinterpret_cast<bf16 *>(smb + kTileH);
+    bf16 *Vh = reinterpret_cast<bf16 *>(smb + 2 * kTileH);
+    float *Lf = reinterpret_cast<float *>(smb + 3 * kTileH);
+    float *Tf = reinterpret_cast<float *>(smb + 4 * kTileH);
+    float *Pf = reinterpret_cast<float *>(Qh);         /* the solve's scratch, once Q is used */
+    bf16 *Tw = Qh, *Tu = reinterpret_cast<bf16 *>(Lf); /* after the solve */
+    float *G = reinterpret_cast<float *>(smb + 5 * kTileH), *Bt = G + kC;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t ci = blockIdx.x, hvi = blockIdx.y;
+    int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
+    tile_rows(false, kLdH, Kh, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    tile_rows(false, kLdH, Qh, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    tile_rows(false, kLdH, Vh, nc, v + (tok0 * p.hv + hvi) * kMaxD, p.hv * kMaxD);
+    cp_commit();
+    for (int e = tid; e < kC * kC; e += kThreads)
+        Tf[(e / kC) * kLdC + e % kC] = 0.0f;
+    if (warp == 0) {
+        float gr0 = lane < nc ? gate[(tok0 + lane) * p.hv + hvi] : 0.0f;
+        float gr1 = lane + 32 < nc ? gate[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+        Bt[lane] = lane < nc ? beta[(tok0 + lane) * p.hv + hvi] : 0.0f;
+        Bt[lane + 32] = lane + 32 < nc ? beta[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+        warp_cumsum64(gr0, gr1);
+        G[lane] = gr0;
+        G[lane + 32] = gr1;
+    }
+    cp_wait<0>();
+    __syncthreads();
+    { /* L and A as in wy_kernel */
+        int mt = warp >> 1, n0 = (warp & 1) * 32;
+        float ckk[4][4] = {}, cqk[4][4] = {};
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+            uint32_t ak[4], aq[4], b0[4], b1[4];
+            frag_a_mk(ak, Kh, kLdH, 16 * mt, k0);
+            frag_a_mk(aq, Qh, kLdH, 16 * mt, k0);
+            frag_b_nk(b0, Kh, kLdH, n0, k0);
+            frag_b_nk(b1, Kh, kLdH, n0 + 16, k0);
+            mma2(ckk[0], ckk[1], ak, b0);
+            mma2(ckk[2], ckk[3], ak, b1);
+            mma2(cqk[0], cqk[1], aq, b0);
+            mma2(cqk[2], cqk[3], aq, b1);
+        }
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), j = n0 + acc_col(n, e);
+                float a2[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float gam = i >= j + h ? expf(__fsub_rn(G[i], G[j + h])) : 0.0f;
+                    Lf[i * kLdC + j + h] =
+                        i > j + h ? __fmul_rn(__fmul_rn(Bt[i], ckk[n][e + h]), gam) : 0.0f;
+                    a2[h] = __fmul_rn(__fmul_rn(p.scale, cqk[n][e + h]), gam);
+                }
+                if (i < nc)
+                    st_pair(A + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, a2[0],
+                            a2[1]);
+            }
+    }
+    __syncthreads();
+    solve_t(Lf, Tf, Pf);
+    for (int e = tid; e < kC * kC / 2;
+         e += kThreads) { /* Tw = T diag(beta e^G), Tu = T diag(beta) */
+        int i = e / (kC / 2), j = 2 * (e % (kC / 2));
+        float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
+        st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, __fmul_rn(Bt[j], expf(G[j]))),
+                __fmul_rn(t1, __fmul_rn(Bt[j + 1], expf(G[j + 1]))));
+        st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
+    }
+    __syncthreads();
+    int mt = warp >> 1, n0 = (warp & 1) * 64;
+    for (int pass = 0; pass < 2; pass++) { /* W = Tw K, U = Tu V */
+        const bf16 *Ta = pass ? Tu : Tw, *Bs = pass ? Vh : Kh;
+        bf16 *dst = pass ? U : W;
+        float c[8][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_mk(a, Ta, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t b[4];
+                frag_b_kn(b, Bs, kLdH, n0 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(n, e);
+                if (i < nc)
+                    st_pair(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kMaxD + d,
+                            c[n][e], c[n][e + 1]);
+            }
+    }
+}
+
+/* The shared memory of state_fast_kernel. */
+struct state_fast_smem {
+    float *Sf;                    /* [128][kLdV] the FP32 state */
+    bf16 *Sh;                     /* [128][kLdH64] its BF16 copy */
+    bf16 *Vnh;                    /* [64][kLdH64] Vn */
+    bf16 *Vn2h;                   /* [64][kLdH64] F . Vn */
+    float *graw, *F, *Eg, *alast; /* graw [2][64] */
+    unsigned char *stage;
+    __device__ state_fast_smem(unsigned char *s)
+    {
+        Sf = reinterpret_cast<float *>(s);
+        s += kMaxD * kLdV * 4;
+        Sh = reinterpret_cast<bf16 *>(s);
+        s += kMaxD * kLdH64 * 2;
+        stage = s;
+        s += 2 * kStageBytes;
+        Vnh = reinterpret_cast<bf16 *>(s);
+        Vn2h = reinterpret_cast<bf16 *>(s + kTileH64);
+        s += 2 * kTileH64;
+        graw = reinterpret_cast<float *>(s);
+        F = graw + 2 * kC;
+        Eg = F + kC;
+        alast = Eg + 2 * kC;
+    }
+    __device__ bf16 *W(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes);
+    }
+    __device__ bf16 *K(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + kTileH);
+    }
+    __device__ bf16 *Q(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 2 * kTileH);
+    }
+    __device__ bf16 *U(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 3 * kTileH);
+    }
+    __device__ bf16 *A(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 3 * kTileH + kTileH64);
+    }
+};
+
+__global__ void __launch_bounds__(kThreads)
+    state_fast_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
+                      const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
+                      float *ht)
+{
+    extern __shared__ __align__(16) unsigned char smb[];
+    state_fast_smem sm(smb);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
+    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
+    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
+    int64_t cv = vb * kBV, nch = (len + kC - 1) / kC;
+    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
+    auto fetch = [&](int64_t c, int b) {
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        tile_rows(false, kLdH, sm.W(b), nc, W + row0 * kMaxD, kMaxD);
+        tile_rows(false, kLdH, sm.K(b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        tile_rows(false, kLdH, sm.Q(b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        tile_rows(true, kLdH64, sm.U(b), nc, U + row0 * p.dv + cv, p.dv);
+        tile_rows(true, kLdH64, sm.A(b), nc, A + row0 * kC, kC);
+        if (warp == 0)
+            for (int i = lane; i < kC; i += 32)
+                cp_async4(sm.graw + b * kC + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
+                          i < nc);
+    };
+    for (int e = tid; e < kMaxD * kBV; e += kThreads) {
+        int r = e / kBV, c = e % kBV;
+        float s = h0 ? h0[sbase + static_cast<size_t>(r) * p.dv + cv + c] : 0.0f;
+        sm.Sf[r * kLdV + c] = s;
+        sm.Sh[r * kLdH64 + c] = __float2bfloat16_rn(s);
+    }
+    if (nch > 0)
+        fetch(0, 0);
+    cp_commit();
+    int mt = warp >> 1, nb = (warp & 1) * 32;
+    for (int64_t c = 0; c < nch; c++) {
+        int b = static_cast<int>(c & 1);
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        __syncthreads();
+        if (c + 1 < nch)
+            fetch(c + 1, b ^ 1);
+        cp_commit();
+        cp_wait<1>();
+        if (warp == 0) {
+            __syncwarp();
+            float x0 = sm.graw[b * kC + lane], x1 = sm.graw[b * kC + lane + 32];
+            warp_cumsum64(x0, x1);
+            float G[2] = {x0, x1};
+            float gl = __shfl_sync(0xffffffffu, x1, 31);
+            sm.F[lane] = expf(__fsub_rn(gl, G[0]));
+            sm.F[lane + 32] = expf(__fsub_rn(gl, G[1]));
+            sm.Eg[lane] = __fmul_rn(p.scale, expf(G[0]));
+            sm.Eg[lane + 32] = __fmul_rn(p.scale, expf(G[1]));
+            if (lane == 0)
+                *sm.alast = expf(gl);
+        }
+        __syncthreads();
+        const bf16 *Wh = sm.W(b), *Kh = sm.K(b), *Qh = sm.Q(b), *Uh = sm.U(b), *Ah = sm.A(b);
+        float cw[4][4] = {}, cq[4][4] = {};
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) { /* W S and Q S */
+            uint32_t aw[4], aq[4], b0[4], b1[4];
+            frag_a_mk(aw, Wh, kLdH, 16 * mt, k0);
+            frag_a_mk(aq, Qh, kLdH, 16 * mt, k0);
+            frag_b_kn(b0, sm.Sh, kLdH64, nb, k0);
+            frag_b_kn(b1, sm.Sh, kLdH64, nb + 16, k0);
+            mma2(cw[0], cw[1], aw, b0);
+            mma2(cw[2], cw[3], aw, b1);
+            mma2(cq[0], cq[1], aq, b0);
+            mma2(cq[2], cq[3], aq, b1);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) /* Vn = U - W S, and F . Vn */
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), j = nb + acc_col(nt, e);
+                float2 u = __bfloat1622float2(
+                    *reinterpret_cast<const __nv_bfloat162 *>(Uh + i * kLdH64 + j));
+                float v0 = __fsub_rn(u.x, cw[nt][e]), v1 = __fsub_rn(u.y, cw[nt][e + 1]);
+                st_pair(sm.Vnh + i * kLdH64 + j, v0, v1);
+                st_pair(sm.Vn2h + i * kLdH64 + j, __fmul_rn(v0, sm.F[i]), __fmul_rn(v1, sm.F[i]));
+            }
+        __syncthreads();
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) /* o = Eg . (Q S) + A Vn */
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                cq[nt][e] = __fmul_rn(cq[nt][e], sm.Eg[16 * mt + acc_row(e)]);
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4], b0[4], b1[4];
+            frag_a_mk(a, Ah, kLdH64, 16 * mt, k0);
+            frag_b_kn(b0, sm.Vnh, kLdH64, nb, k0);
+            frag_b_kn(b1, sm.Vnh, kLdH64, nb + 16, k0);
+            mma2(cq[0], cq[1], a, b0);
+            mma2(cq[2], cq[3], a, b1);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), j = nb + acc_col(nt, e);
+                if (i < nc)
+                    st_pair(o + (static_cast<size_t>(tok0 + i) * p.hv + hvi) * p.dv + cv + j,
+                            cq[nt][e], cq[nt][e + 1]);
+            }
+        { /* S = alast S + K^T (F . Vn), rows 16 warp .. + 16 */
+            int r0 = 16 * warp;
+            float al = *sm.alast, cs[8][4];
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    cs[nt][e] = __fmul_rn(sm.Sf[(r0 + acc_row(e)) * kLdV + acc_col(nt, e)], al);
+            for (int k0 = 0; k0 < kC; k0 += 16) {
+                uint32_t a[4];
+                frag_a_km(a, Kh, kLdH, r0, k0);
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    uint32_t bb[4];
+                    frag_b_kn(bb, sm.Vn2h, kLdH64, 16 * np, k0);
+                    mma2(cs[2 * np], cs[2 * np + 1], a, bb);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    int r = r0 + acc_row(e), j = acc_col(nt, e);
+                    sm.Sf[r * kLdV + j] = cs[nt][e];
+                    sm.Sf[r * kLdV + j + 1] = cs[nt][e + 1];
+                    st_pair(sm.Sh + r * kLdH64 + j, cs[nt][e], cs[nt][e + 1]);
+                }
+        }
+    }
+    cp_wait<0>();
+    __syncthreads();
+    if (ht)
+        for (int e = tid; e < kMaxD * kBV; e += kThreads) {
+            int r = e / kBV, c = e % kBV;
+            ht[sbase + static_cast<size_t>(r) * p.dv + cv + c] = sm.Sf[r * kLdV + c];
+        }
+}
+
+cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
+                        const void *k, const void *v, const float *g, const float *beta,
+                        const float *h0, void *o, float *ht, cudaStream_t st)
+{
+    cudaError_t err = cudaFuncSetAttribute(
+        wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(state_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)kStateFastSmem);
+    if (err != cudaSuccess)
+        return err;
+    bf16 *W = reinterpret_cast<bf16 *>(plan.ws),
+         *U = W + static_cast<size_t>(p.hv) * p.tokens * p.dk;
+    bf16 *A = U + static_cast<size_t>(p.hv) * p.tokens * p.dv;
+    const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
+    if (plan.nchunks > 0)
+        wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
+            p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A);
+    if (p.nseq > 0)
+        state_fast_kernel<<<dim3((unsigned)(p.dv / kBV), (unsigned)p.hv, (unsigned)p.nseq),
+                            kThreads, kStateFastSmem, st>>>(p, tq, tk, g, W, U, A, h0,
+                                                            static_cast<bf16 *>(o), ht);
+    return cudaGetLastError();
+}
+
 } // namespace
 
 bool gdn_chunk_fits(int64_t dk, int64_t dv)
@@ -489,6 +931,10 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
 {
     if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0)
         return cudaErrorInvalidValue;
+    if (mma == kGdnMmaBf16Smem)
+        return p.dk == kMaxD && p.dv % kBV == 0 && io == kGdnIoBf16
+                   ? launch_fast(p, plan, q, k, v, g, beta, h0, o, ht, st)
+                   : cudaErrorInvalidValue;
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
         return launch<kGdnMmaBf16, __nv_bfloat16, __nv_bfloat16>(p, plan, q, k, v, g, beta, h0, o,
                                                                  ht, st);

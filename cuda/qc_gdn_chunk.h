@@ -15,7 +15,10 @@ namespace qc
  * accumulation; FP32 intermediates rounded to BF16 as operands, as upstream kernels do),
  * or FP32 split into two TF32 parts (three m16n8k8 per tile: big*big + big*small +
  * small*big, about 22 significant bits per operand). */
-enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1 };
+enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2 };
+/* kGdnMmaBf16Smem: BF16 operands as kGdnMmaBf16, staged in BF16 (shared memory tiles read by
+ * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = 128,
+ * dv a multiple of 64, kGdnIoBf16 only. */
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
 enum gdn_chunk_io { kGdnIoF32 = 0, kGdnIoBf16 = 1 };

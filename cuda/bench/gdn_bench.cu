@@ -1,6 +1,7 @@
 /* gdn_bench.cu: the chunked Gated DeltaNet forward (cuda/qc_gdn_chunk.cu) on a GPU.
  *
- * 1. Checks, before any timing: the chunk kernels with TF32x3 and with BF16 operands
+ * 1. Checks, before any timing: the chunk kernels with TF32x3 and with BF16 operands (FP32
+ *    tiles), and the BF16-staged kernels (BF16 tiles and workspace, where dk = 128),
  *    against the reference recurrence (libqspec qs_gdn_fwd, spec/attention.md
  *    [GDN-RECURRENCE]) on small dense and varlen problems with partial chunks, GVA, an
  *    initial state and head dims 128, 64/96 and 8/6; and the workspace (W, U and the
@@ -14,7 +15,7 @@
  *    final state against an FP32 token-by-token recurrence computed on the GPU.
  * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
  * / 16, beta = sigmoid(N(0,1)), v ~ N(0,1), no initial state in the timed runs.
- * Usage: gdn_bench [--no-timing]. Exits 1 when a check fails. */
+ * Usage: gdn_bench [--no-timing] [--skip-smem]. Exits 1 when a check fails. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +36,29 @@ namespace
 #define CHECK_CUDA(call) BENCH_CHECK(call)
 
 int g_fail = 0;
+bool g_skip_smem = false; /* --skip-smem: leave out the BF16-staged path */
+
+typedef __nv_bfloat16 bf16;
+const char *const kMmaName[3] = {"bf16", "tf32x3", "bf16-smem"};
+
+unsigned blocks(size_t n)
+{
+    return (unsigned)((n + 255) / 256);
+}
+
+__global__ void bf16_to_f32(const bf16 *x, float *y, size_t n)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = __bfloat162float(x[i]);
+}
+
+__global__ void f32_to_bf16(const float *x, bf16 *y, size_t n)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
 
 /* ---------------------------------------------------------------- host data */
 
@@ -193,17 +217,45 @@ void check_one(qs_ctx *ctx, const check_case &c)
     qc::gdn_chunk_problem cp{c.b, c.t, T, c.h, c.hv, c.dk, c.dv, p.scale, QS_FP32, dcu};
     qc::gdn_chunk_plan plan;
     CHECK_CUDA(qc::gdn_chunk_plan_make(cp, p.cu_seqlens, &plan));
-    const char *mname[2] = {"bf16", "tf32x3"};
-    const double lim[2] = {2e-2, 1e-4};
-    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16}) {
+    /* BF16 copies for the BF16-staged path (the values are BF16 already) */
+    bf16 *hq, *hk, *hvv, *ho;
+    CHECK_CUDA(cudaMalloc(&hq, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&hk, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&hvv, nv * 2));
+    CHECK_CUDA(cudaMalloc(&ho, nv * 2));
+    f32_to_bf16<<<blocks(nqk), 256>>>(dq, hq, nqk);
+    f32_to_bf16<<<blocks(nqk), 256>>>(dk, hk, nqk);
+    f32_to_bf16<<<blocks(nv), 256>>>(dv, hvv, nv);
+    const double lim[3] = {2e-2, 1e-4, 2e-2};
+    bool smem_ok = c.dk == 128 && c.dv % 64 == 0;
+    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem}) {
+        if (mma == qc::kGdnMmaBf16Smem && (!smem_ok || g_skip_smem))
+            continue;
+        bool hio = mma == qc::kGdnMmaBf16Smem;
         CHECK_CUDA(cudaMemset(dout, 0xff, nv * 4)); /* NaN: an unwritten o shows */
-        CHECK_CUDA(
-            qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoF32, dq, dk, dv, dg, db, dh0, dout, dht, 0));
+        CHECK_CUDA(cudaMemset(ho, 0xff, nv * 2));
+        CHECK_CUDA(cudaMemset(plan.ws, 0, plan.ws_floats * 4));
+        if (hio)
+            CHECK_CUDA(qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, hq, hk, hvv, dg, db, dh0,
+                                         ho, dht, 0));
+        else
+            CHECK_CUDA(qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoF32, dq, dk, dv, dg, db, dh0,
+                                         dout, dht, 0));
         CHECK_CUDA(cudaDeviceSynchronize());
+        if (hio)
+            bf16_to_f32<<<blocks(nv), 256>>>(ho, dout, nv);
         std::vector<float> go(nv), ght(ns), ws(plan.ws_floats);
         CHECK_CUDA(cudaMemcpy(go.data(), dout, nv * 4, cudaMemcpyDeviceToHost));
         CHECK_CUDA(cudaMemcpy(ght.data(), dht, ns * 4, cudaMemcpyDeviceToHost));
         CHECK_CUDA(cudaMemcpy(ws.data(), plan.ws, plan.ws_floats * 4, cudaMemcpyDeviceToHost));
+        if (hio) { /* the BF16 workspace, widened in place from the end */
+            const bf16 *wh = reinterpret_cast<const bf16 *>(ws.data());
+            size_t nw = c.hv * T * (c.dk + c.dv + 64);
+            std::vector<float> wide(nw);
+            for (size_t e = 0; e < nw; e++)
+                wide[e] = __bfloat162float(wh[e]);
+            std::copy(wide.begin(), wide.end(), ws.begin());
+        }
         rel eo, eh, ew, eu, ea;
         eo.add(go.data(), ro.data(), nv);
         eh.add(ght.data(), rht.data(), ns);
@@ -228,13 +280,15 @@ void check_one(qs_ctx *ctx, const check_case &c)
         }
         bool ok = eo.rrms() <= lim[mma] && eh.rrms() <= lim[mma] && !std::isnan(eo.num) &&
                   !std::isnan(eh.num);
-        printf("check %-28s %-6s o rrms %.2e (max %.2e)  ht rrms %.2e (max %.2e)  | W %.2e U "
+        printf("check %-28s %-9s o rrms %.2e (max %.2e)  ht rrms %.2e (max %.2e)  | W %.2e U "
                "%.2e A %.2e  %s\n",
-               c.name, mname[mma], eo.rrms(), eo.maxabs, eh.rrms(), eh.maxabs, ew.rrms(), eu.rrms(),
-               ea.rrms(), ok ? "ok" : "FAIL");
+               c.name, kMmaName[mma], eo.rrms(), eo.maxabs, eh.rrms(), eh.maxabs, ew.rrms(),
+               eu.rrms(), ea.rrms(), ok ? "ok" : "FAIL");
         fflush(stdout);
         g_fail += ok ? 0 : 1;
     }
+    for (bf16 *x : {hq, hk, hvv, ho})
+        cudaFree(x);
     qc::gdn_chunk_plan_free(&plan);
     for (float *x : {dq, dk, dv, dg, db, dh0, dout, dht})
         cudaFree(x);
@@ -338,13 +392,6 @@ __global__ void __launch_bounds__(D)
         ht[sb + static_cast<size_t>(r) * D + c] = S[r];
 }
 
-__global__ void bf16_to_f32(const __nv_bfloat16 *x, float *y, size_t n)
-{
-    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n)
-        y[i] = __bfloat162float(x[i]);
-}
-
 /* acc[0] += sum (a - b)^2, acc[1] += sum b^2, acc[2] += NaN count */
 __global__ void sq_sums(const float *a, const float *b, size_t n, double *acc)
 {
@@ -382,11 +429,6 @@ double dev_rrms(const float *a, const float *b, size_t n)
     return h[2] > 0 ? NAN : h[1] > 0 ? sqrt(h[0] / h[1]) : sqrt(h[0]);
 }
 
-unsigned blocks(size_t n)
-{
-    return (unsigned)((n + 255) / 256);
-}
-
 void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
 {
     const int64_t h = 16, D = 128, T = nseq * seq_t;
@@ -418,8 +460,9 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    const char *mname[2] = {"bf16", "tf32x3"};
-    for (int mma : {qc::kGdnMmaBf16, qc::kGdnMmaTf32x3}) {
+    for (int mma : {qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem}) {
+        if (mma == qc::kGdnMmaBf16Smem && g_skip_smem)
+            continue;
         std::vector<float> ms;
         for (int it = 0; it < 18; it++) {
             CHECK_CUDA(cudaEventRecord(e0));
@@ -437,9 +480,9 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
         bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
         CHECK_CUDA(cudaDeviceSynchronize());
         printf(
-            "time gdn_fwd chunk-%-6s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms %.5f  "
+            "time gdn_fwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms %.5f  "
             "ht rrms %.5f\n",
-            mname[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
+            kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
             flop / (med * 1e-3) / 1e12, dev_rrms(of, oref, nv), dev_rrms(ht, htref, ns));
         fflush(stdout);
     }
@@ -463,12 +506,17 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    bool timing = true;
+    for (int i = 1; i < argc; i++) {
+        timing = timing && strcmp(argv[i], "--no-timing") != 0;
+        g_skip_smem = g_skip_smem || strcmp(argv[i], "--skip-smem") == 0;
+    }
     qs_ctx *ctx = qs_ctx_new();
     checks(ctx);
     qs_ctx_free(ctx);
     printf("gdn_bench: checks: %d failing\n", g_fail);
     fflush(stdout);
-    if (!(argc > 1 && strcmp(argv[1], "--no-timing") == 0)) {
+    if (timing) {
         printf("FLOP per token and value head: 6 dk dv + 2 C (3 dk + 2 dv), C = 64\n");
         time_shape(1, 1024, 32); /* warm-up of modules and clocks, printed too */
         time_shape(8, 1024, 32);
