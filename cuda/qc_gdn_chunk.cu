@@ -446,7 +446,7 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
 }
 
 /* ---------------------------------------------------------------- the BF16-staged path */
-/* kGdnMmaBf16Smem: the same algorithm with dk = 128 and BF16 tiles in shared memory read by
+/* kGdnMmaBf16Smem: the same algorithm with dk = dv = 128 and BF16 tiles in shared memory read by
  * ldmatrix, BF16 W, U and A in the workspace, and the state kernel's tiles of the next
  * chunk fetched by cp.async while the current one is computed. The FP32 state stays in
  * shared memory; its BF16 copy is the matmul operand. */
@@ -932,7 +932,7 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
     if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0)
         return cudaErrorInvalidValue;
     if (mma == kGdnMmaBf16Smem)
-        return p.dk == kMaxD && p.dv % kBV == 0 && io == kGdnIoBf16
+        return p.dk == kMaxD && p.dv == kMaxD && io == kGdnIoBf16
                    ? launch_fast(p, plan, q, k, v, g, beta, h0, o, ht, st)
                    : cudaErrorInvalidValue;
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)

@@ -17,8 +17,8 @@ namespace qc
  * small*big, about 22 significant bits per operand). */
 enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2 };
 /* kGdnMmaBf16Smem: BF16 operands as kGdnMmaBf16, staged in BF16 (shared memory tiles read by
- * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = 128,
- * dv a multiple of 64, kGdnIoBf16 only. */
+ * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = dv = 128,
+ * kGdnIoBf16 only. */
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
 enum gdn_chunk_io { kGdnIoF32 = 0, kGdnIoBf16 = 1 };
