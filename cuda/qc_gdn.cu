@@ -10,10 +10,15 @@
  *     memory; the states before each token are recomputed from checkpoints every kSeg
  *     tokens (global scratch), column sums run in column threads, row sums in row threads,
  *     and dbeta and dg (one FP32 sum over the whole state, rows then columns) in one thread.
- * The chunked kernels of [GDN-CHUNK] replace these behind the same slots. */
+ * The environment variable QSPEC_CUDA_GDN, read once, selects the forward: `reference`
+ * (the default, these kernels), `chunk` (cuda/qc_gdn_chunk.cu with TF32x3 tensor-core
+ * matmuls, FP32-accurate, claiming the case's tolerance) or `chunk-bf16` (the same with
+ * BF16 operands, as upstream kernels round them). The backward stays the recurrence's. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "qc_attn.cuh"
+#include "qc_gdn_chunk.h"
 #include "qc_slots.h"
 
 namespace qc
@@ -391,6 +396,59 @@ cudaError_t prep(const gdn_req &r, const qs_gdn_args *a, dbuf<float> &q, dbuf<fl
     return err;
 }
 
+/* The forward QSPEC_CUDA_GDN selects; an unknown value is the reference's. */
+enum fwd_path { kFwdReference, kFwdChunk, kFwdChunkBf16 };
+
+fwd_path fwd_path_selected()
+{
+    static const fwd_path sel = [] {
+        const char *e = getenv("QSPEC_CUDA_GDN");
+        if (e && strcmp(e, "chunk") == 0)
+            return kFwdChunk;
+        if (e && strcmp(e, "chunk-bf16") == 0)
+            return kFwdChunkBf16;
+        return kFwdReference;
+    }();
+    return sel;
+}
+
+/* The chunked forward of [GDN-CHUNK] on the kit's arrays: l2norm (prep), then the two
+ * kernels of cuda/qc_gdn_chunk.cu. */
+qs_status chunk_fwd(const gdn_req &r, qs_gdn_args *a, int mma)
+{
+    const qs_gdn_params &p = a->p;
+    size_t nv = r.tokens * p.hv * p.dv, ng = r.tokens * p.hv, ns = p.b * p.hv * p.dk * p.dv;
+    dbuf<float> q, k, qn, kn, v, g, beta, h0, o, ht;
+    cudaError_t err = prep(r, a, q, k, qn, kn);
+    if (err == cudaSuccess)
+        err = v.up(a->v, nv);
+    if (err == cudaSuccess)
+        err = g.up(a->g, ng);
+    if (err == cudaSuccess)
+        err = beta.up(a->beta, ng);
+    if (err == cudaSuccess && a->h0)
+        err = h0.up(a->h0, ns);
+    if (err == cudaSuccess)
+        err = o.up(nullptr, nv);
+    if (err == cudaSuccess)
+        err = ht.alloc(ns);
+    gdn_chunk_problem cp{p.b, p.t, r.tokens, p.h, p.hv, p.dk, p.dv, p.scale, p.dtype, r.g.cu};
+    gdn_chunk_plan plan;
+    if (err == cudaSuccess)
+        err = gdn_chunk_plan_make(cp, p.cu_seqlens, &plan);
+    if (err == cudaSuccess)
+        err = gdn_chunk_fwd(cp, plan, mma, kGdnIoF32, qn.p, kn.p, v.p, g.p, beta.p,
+                            a->h0 ? h0.p : nullptr, o.p, ht.p, 0);
+    if (err == cudaSuccess)
+        err = cudaDeviceSynchronize();
+    gdn_chunk_plan_free(&plan);
+    if (err == cudaSuccess)
+        err = o.down(a->o);
+    if (err == cudaSuccess && a->ht)
+        err = ht.down(a->ht);
+    return err == cudaSuccess ? QS_OK : cuda_fail(err, "gdn_fwd (chunk)", a->why, a->why_len);
+}
+
 } // namespace
 } // namespace qc
 
@@ -403,6 +461,12 @@ qs_status qc_slot_gdn_fwd(void *state, qs_gdn_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
+    qc::fwd_path path = qc::fwd_path_selected();
+    if (path != qc::kFwdReference && qc::gdn_chunk_fits(a->p.dk, a->p.dv)) {
+        /* another FP32 order: the case's tolerance ([CASE-PLUGIN-REF]; the kit's preset) */
+        a->claim = QS_ATTN_CLAIM_TOLERANCE;
+        return qc::chunk_fwd(r, a, path == qc::kFwdChunk ? qc::kGdnMmaTf32x3 : qc::kGdnMmaBf16);
+    }
     /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
     a->claim = QS_ATTN_CLAIM_REFERENCE;
     if (r.fwd_smem() > qc::kSmemMax)

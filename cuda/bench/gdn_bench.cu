@@ -1,0 +1,535 @@
+/* gdn_bench.cu: the chunked Gated DeltaNet forward (cuda/qc_gdn_chunk.cu) on a GPU.
+ *
+ * 1. Checks, before any timing: the chunk kernels with TF32x3 and with BF16 operands (FP32
+ *    tiles), and the BF16-staged kernels (BF16 tiles and workspace, where dk = dv = 128),
+ *    against the reference recurrence (libqspec qs_gdn_fwd, spec/attention.md
+ *    [GDN-RECURRENCE]) on small dense and varlen problems with partial chunks, GVA, an
+ *    initial state and head dims 128, 64/96 and 8/6; and the workspace (W, U and the
+ *    masked Q K^T of every chunk) against a float64 evaluation of [GDN-CHUNK] on the host.
+ * 2. Timing of the shapes of the GDN speed goals (bf16 q, k, v, o; dk = dv = 128, 16 q/k
+ *    heads; 64 value heads x 1 x 32768 and x 4 x 8192 tokens, 32 value heads x 8 x 1024):
+ *    CUDA events, 3 warm-up calls, the median of 15. The FLOP count is that of the chunked
+ *    algorithm as the kernels evaluate it, per token and value head:
+ *    6 dk dv (W S, Q S, K^T Vn) + 2 C (3 dk + 2 dv) (K K^T, Q K^T, T K, T V, A Vn), C = 64.
+ * 3. Accuracy on those shapes: relative RMS ||x - x_ref||_2 / ||x_ref||_2 of o and of the
+ *    final state against an FP32 token-by-token recurrence computed on the GPU.
+ * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
+ * / 16, beta = sigmoid(N(0,1)), v ~ N(0,1), no initial state in the timed runs.
+ * Usage: gdn_bench [--no-timing] [--skip-smem] [--profile]; --profile times only 64 value
+ * heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1 when a check
+ * fails. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "bench_common.cuh"
+#include "qc_gdn_chunk.h"
+#include "qspec/qspec.h"
+
+namespace
+{
+
+#define CHECK_CUDA(call) BENCH_CHECK(call)
+
+int g_fail = 0;
+bool g_skip_smem = false; /* --skip-smem: leave out the BF16-staged path */
+bool g_profile = false;   /* --profile: one call of each path, no checks (for ncu) */
+
+typedef __nv_bfloat16 bf16;
+const char *const kMmaName[3] = {"bf16", "tf32x3", "bf16-smem"};
+
+unsigned blocks(size_t n)
+{
+    return (unsigned)((n + 255) / 256);
+}
+
+__global__ void bf16_to_f32(const bf16 *x, float *y, size_t n)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = __bfloat162float(x[i]);
+}
+
+__global__ void f32_to_bf16(const float *x, bf16 *y, size_t n)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* ---------------------------------------------------------------- host data */
+
+uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+double unif()
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return ((g_rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+float gauss()
+{
+    return (float)(sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif()));
+}
+float bf16r(float x)
+{
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+struct rel {
+    double num = 0, den = 0, maxabs = 0;
+    void add(const float *y, const float *r, size_t n)
+    {
+        for (size_t i = 0; i < n; i++) {
+            double d = (double)y[i] - r[i];
+            num += d * d;
+            den += (double)r[i] * r[i];
+            maxabs = std::max(maxabs, fabs(d));
+        }
+    }
+    double rrms() const
+    {
+        return den > 0 ? sqrt(num / den) : sqrt(num);
+    }
+};
+
+/* ---------------------------------------------------------------- float64 workspace model */
+
+/* W, U and A of [GDN-CHUNK] for one (chunk, value head) in float64, rows of the chunk. */
+void model_chunk(const std::vector<float> &k, const std::vector<float> &q,
+                 const std::vector<float> &v, const std::vector<float> &g,
+                 const std::vector<float> &beta, int64_t h, int64_t hv, int64_t dk, int64_t dv,
+                 float scale, int64_t tok0, int64_t nc, int64_t hvi, std::vector<double> &W,
+                 std::vector<double> &U, std::vector<double> &A)
+{
+    int64_t hq = hvi / (hv / h);
+    auto K = [&](int64_t i, int64_t d) { return (double)k[((tok0 + i) * h + hq) * dk + d]; };
+    auto Q = [&](int64_t i, int64_t d) { return (double)q[((tok0 + i) * h + hq) * dk + d]; };
+    std::vector<double> G(nc), T(nc * nc, 0.0), L(nc * nc, 0.0);
+    double s = 0;
+    for (int64_t i = 0; i < nc; i++)
+        G[i] = s += g[(tok0 + i) * hv + hvi];
+    auto B = [&](int64_t i) { return (double)beta[(tok0 + i) * hv + hvi]; };
+    A.assign(nc * 64, 0.0);
+    for (int64_t i = 0; i < nc; i++)
+        for (int64_t j = 0; j <= i; j++) {
+            double kk = 0, qk = 0;
+            for (int64_t d = 0; d < dk; d++) {
+                kk += K(i, d) * K(j, d);
+                qk += Q(i, d) * K(j, d);
+            }
+            if (j < i)
+                L[i * nc + j] = B(i) * kk * exp(G[i] - G[j]);
+            A[i * 64 + j] = scale * qk * exp(G[i] - G[j]);
+        }
+    for (int64_t j = 0; j < nc; j++)
+        for (int64_t i = j; i < nc; i++) {
+            double x = i == j ? 1.0 : 0.0;
+            for (int64_t m = j; m < i; m++)
+                x -= L[i * nc + m] * T[m * nc + j];
+            T[i * nc + j] = x;
+        }
+    W.assign(nc * dk, 0.0);
+    U.assign(nc * dv, 0.0);
+    for (int64_t i = 0; i < nc; i++)
+        for (int64_t j = 0; j <= i; j++) {
+            for (int64_t d = 0; d < dk; d++)
+                W[i * dk + d] += T[i * nc + j] * B(j) * exp(G[j]) * K(j, d);
+            for (int64_t d = 0; d < dv; d++)
+                U[i * dv + d] += T[i * nc + j] * B(j) * v[((tok0 + j) * hv + hvi) * dv + d];
+        }
+}
+
+/* ---------------------------------------------------------------- checks */
+
+struct check_case {
+    const char *name;
+    int64_t b, t, h, hv, dk, dv;
+    std::vector<int32_t> cu;
+};
+
+void check_one(qs_ctx *ctx, const check_case &c)
+{
+    int64_t T = c.cu.empty() ? c.b * c.t : c.t;
+    size_t nqk = T * c.h * c.dk, nv = T * c.hv * c.dv, ng = T * c.hv, ns = c.b * c.hv * c.dk * c.dv;
+    std::vector<float> q(nqk), k(nqk), v(nv), g(ng), beta(ng), h0(ns);
+    for (size_t r = 0; r < (size_t)(T * c.h); r++) /* l2-normalized rows, BF16 values */
+        for (std::vector<float> *x : {&q, &k}) {
+            double ss = 0;
+            std::vector<float> row(c.dk);
+            for (auto &e : row) {
+                e = gauss();
+                ss += (double)e * e;
+            }
+            for (int64_t d = 0; d < c.dk; d++)
+                (*x)[r * c.dk + d] = bf16r((float)(row[d] / sqrt(ss + 1e-6)));
+        }
+    for (auto &e : v)
+        e = bf16r(gauss());
+    for (size_t e = 0; e < ng; e++) {
+        g[e] = e % 13 == 4 ? 0.0f : (float)(-0.3 * unif());
+        beta[e] = (float)(0.05 + 0.9 * unif());
+    }
+    for (auto &e : h0)
+        e = 0.5f * gauss();
+    qs_gdn_params p;
+    memset(&p, 0, sizeof p);
+    p.b = c.b;
+    p.t = c.t;
+    p.h = c.h;
+    p.hv = c.hv;
+    p.dk = c.dk;
+    p.dv = c.dv;
+    p.cu_seqlens = c.cu.empty() ? nullptr : c.cu.data();
+    p.scale = qs_rsqrtf((float)c.dk);
+    p.use_qk_l2norm = 0;
+    p.dtype = QS_FP32; /* BF16 values, o unrounded: the sharpest comparison */
+    std::vector<float> ro(nv), rht(ns);
+    if (qs_gdn_fwd(ctx, &p, q.data(), k.data(), v.data(), g.data(), beta.data(), h0.data(),
+                   ro.data(), rht.data()) != QS_OK) {
+        printf("check %s: reference failed: %s\n", c.name, qs_ctx_errmsg(ctx));
+        g_fail++;
+        return;
+    }
+    float *dq, *dk, *dv, *dg, *db, *dh0, *dout, *dht;
+    int32_t *dcu = nullptr;
+    CHECK_CUDA(cudaMalloc(&dq, nqk * 4));
+    CHECK_CUDA(cudaMalloc(&dk, nqk * 4));
+    CHECK_CUDA(cudaMalloc(&dv, nv * 4));
+    CHECK_CUDA(cudaMalloc(&dg, ng * 4));
+    CHECK_CUDA(cudaMalloc(&db, ng * 4));
+    CHECK_CUDA(cudaMalloc(&dh0, ns * 4));
+    CHECK_CUDA(cudaMalloc(&dout, nv * 4));
+    CHECK_CUDA(cudaMalloc(&dht, ns * 4));
+    CHECK_CUDA(cudaMemcpy(dq, q.data(), nqk * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dk, k.data(), nqk * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dv, v.data(), nv * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dg, g.data(), ng * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(db, beta.data(), ng * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dh0, h0.data(), ns * 4, cudaMemcpyHostToDevice));
+    if (!c.cu.empty()) {
+        CHECK_CUDA(cudaMalloc(&dcu, c.cu.size() * 4));
+        CHECK_CUDA(cudaMemcpy(dcu, c.cu.data(), c.cu.size() * 4, cudaMemcpyHostToDevice));
+    }
+    qc::gdn_chunk_problem cp{c.b, c.t, T, c.h, c.hv, c.dk, c.dv, p.scale, QS_FP32, dcu};
+    qc::gdn_chunk_plan plan;
+    CHECK_CUDA(qc::gdn_chunk_plan_make(cp, p.cu_seqlens, &plan));
+    /* BF16 copies for the BF16-staged path (the values are BF16 already) */
+    bf16 *hq, *hk, *hvv, *ho;
+    CHECK_CUDA(cudaMalloc(&hq, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&hk, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&hvv, nv * 2));
+    CHECK_CUDA(cudaMalloc(&ho, nv * 2));
+    f32_to_bf16<<<blocks(nqk), 256>>>(dq, hq, nqk);
+    f32_to_bf16<<<blocks(nqk), 256>>>(dk, hk, nqk);
+    f32_to_bf16<<<blocks(nv), 256>>>(dv, hvv, nv);
+    const double lim[3] = {2e-2, 1e-4, 2e-2};
+    bool smem_ok = c.dk == 128 && c.dv == 128;
+    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem}) {
+        if (mma == qc::kGdnMmaBf16Smem && (!smem_ok || g_skip_smem))
+            continue;
+        bool hio = mma == qc::kGdnMmaBf16Smem;
+        CHECK_CUDA(cudaMemset(dout, 0xff, nv * 4)); /* NaN: an unwritten o shows */
+        CHECK_CUDA(cudaMemset(ho, 0xff, nv * 2));
+        CHECK_CUDA(cudaMemset(plan.ws, 0, plan.ws_floats * 4));
+        if (hio)
+            CHECK_CUDA(qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, hq, hk, hvv, dg, db, dh0,
+                                         ho, dht, 0));
+        else
+            CHECK_CUDA(qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoF32, dq, dk, dv, dg, db, dh0,
+                                         dout, dht, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        if (hio)
+            bf16_to_f32<<<blocks(nv), 256>>>(ho, dout, nv);
+        std::vector<float> go(nv), ght(ns), ws(plan.ws_floats);
+        CHECK_CUDA(cudaMemcpy(go.data(), dout, nv * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(ght.data(), dht, ns * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(ws.data(), plan.ws, plan.ws_floats * 4, cudaMemcpyDeviceToHost));
+        if (hio) { /* the BF16 workspace, widened in place from the end */
+            const bf16 *wh = reinterpret_cast<const bf16 *>(ws.data());
+            size_t nw = c.hv * T * (c.dk + c.dv + 64);
+            std::vector<float> wide(nw);
+            for (size_t e = 0; e < nw; e++)
+                wide[e] = __bfloat162float(wh[e]);
+            std::copy(wide.begin(), wide.end(), ws.begin());
+        }
+        rel eo, eh, ew, eu, ea;
+        eo.add(go.data(), ro.data(), nv);
+        eh.add(ght.data(), rht.data(), ns);
+        /* the workspace of every chunk against the float64 model */
+        const float *W = ws.data(), *U = W + c.hv * T * c.dk, *A = U + c.hv * T * c.dv;
+        for (int64_t n = 0; n < c.b; n++) {
+            int64_t s0 = c.cu.empty() ? n * c.t : c.cu[n];
+            int64_t len = c.cu.empty() ? c.t : c.cu[n + 1] - c.cu[n];
+            for (int64_t i0 = 0; i0 < len; i0 += 64)
+                for (int64_t hvi = 0; hvi < c.hv; hvi++) {
+                    int64_t nc = std::min<int64_t>(64, len - i0);
+                    std::vector<double> mW, mU, mA;
+                    model_chunk(k, q, v, g, beta, c.h, c.hv, c.dk, c.dv, p.scale, s0 + i0, nc, hvi,
+                                mW, mU, mA);
+                    std::vector<float> fW(mW.begin(), mW.end()), fU(mU.begin(), mU.end()),
+                        fA(mA.begin(), mA.end());
+                    size_t r0 = hvi * T + s0 + i0;
+                    ew.add(W + r0 * c.dk, fW.data(), fW.size());
+                    eu.add(U + r0 * c.dv, fU.data(), fU.size());
+                    ea.add(A + r0 * 64, fA.data(), fA.size());
+                }
+        }
+        bool ok = eo.rrms() <= lim[mma] && eh.rrms() <= lim[mma] && !std::isnan(eo.num) &&
+                  !std::isnan(eh.num);
+        printf("check %-28s %-9s o rrms %.2e (max %.2e)  ht rrms %.2e (max %.2e)  | W %.2e U "
+               "%.2e A %.2e  %s\n",
+               c.name, kMmaName[mma], eo.rrms(), eo.maxabs, eh.rrms(), eh.maxabs, ew.rrms(),
+               eu.rrms(), ea.rrms(), ok ? "ok" : "FAIL");
+        fflush(stdout);
+        g_fail += ok ? 0 : 1;
+    }
+    for (bf16 *x : {hq, hk, hvv, ho})
+        cudaFree(x);
+    qc::gdn_chunk_plan_free(&plan);
+    for (float *x : {dq, dk, dv, dg, db, dh0, dout, dht})
+        cudaFree(x);
+    if (dcu)
+        cudaFree(dcu);
+}
+
+void checks(qs_ctx *ctx)
+{
+    std::vector<check_case> cs = {
+        {"dense gva 128 t150", 2, 150, 2, 4, 128, 128, {}},
+        {"varlen 64/96 (5,65,130,1)", 4, 201, 1, 2, 64, 96, {0, 5, 70, 200, 201}},
+        {"dense mha 8/6 t9", 2, 9, 2, 2, 8, 6, {}},
+        {"varlen gva 128 (64,0,200)", 3, 264, 2, 4, 128, 128, {0, 64, 64, 264}},
+    };
+    for (const auto &c : cs)
+        check_one(ctx, c);
+}
+
+/* ---------------------------------------------------------------- device data */
+
+__device__ float dev_gauss(size_t i, uint32_t seed)
+{
+    uint32_t a = bench_hash(2 * i, seed), b = bench_hash(2 * i + 1, seed ^ 0x5bd1e995u);
+    float u1 = ((a >> 8) + 0.5f) * (1.0f / 16777216.0f), u2 = (b >> 8) * (1.0f / 16777216.0f);
+    return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+}
+
+/* rows of d values: N(0,1), l2-normalized, BF16 */
+__global__ void gen_qk(__nv_bfloat16 *x, size_t rows, int d, uint32_t seed)
+{
+    size_t r = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (r >= rows)
+        return;
+    float ss = 0.0f;
+    for (int e = 0; e < d; e++) {
+        float z = dev_gauss(r * d + e, seed);
+        ss += z * z;
+    }
+    float inv = 1.0f / sqrtf(ss + 1e-6f);
+    for (int e = 0; e < d; e++)
+        x[r * d + e] = __float2bfloat16_rn(dev_gauss(r * d + e, seed) * inv);
+}
+
+__global__ void gen_v(__nv_bfloat16 *x, size_t n, uint32_t seed)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = __float2bfloat16_rn(dev_gauss(i, seed));
+}
+
+/* g = logsigmoid(z) / 16, beta = sigmoid(z') */
+__global__ void gen_gb(float *g, float *beta, size_t n, uint32_t seed)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float z = dev_gauss(i, seed), z2 = dev_gauss(i, seed ^ 0xabcdu);
+    g[i] = -log1pf(expf(-z)) / 16.0f;
+    beta[i] = 1.0f / (1.0f + expf(-z2));
+}
+
+/* The FP32 token recurrence [GDN-RECURRENCE] (no initial state): one block of 128 threads
+ * per (value head, sequence), a thread per value column holding its state column. */
+template <int D>
+__global__ void __launch_bounds__(D)
+    recur_kernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                 const float *g, const float *beta, int64_t seq_t, int64_t h, int64_t hv,
+                 float scale, float *o, float *ht)
+{
+    __shared__ float ks[D], qs[D];
+    int c = threadIdx.x;
+    int64_t hvi = blockIdx.x, n = blockIdx.y, hq = hvi / (hv / h);
+    float S[D];
+#pragma unroll
+    for (int r = 0; r < D; r++)
+        S[r] = 0.0f;
+    for (int64_t i = 0; i < seq_t; i++) {
+        int64_t tok = n * seq_t + i;
+        __syncthreads();
+        ks[c] = __bfloat162float(k[(tok * h + hq) * D + c]);
+        qs[c] = scale * __bfloat162float(q[(tok * h + hq) * D + c]);
+        __syncthreads();
+        float a = expf(g[tok * hv + hvi]), bt = beta[tok * hv + hvi], pred = 0.0f;
+#pragma unroll
+        for (int r = 0; r < D; r++) {
+            S[r] *= a;
+            pred += S[r] * ks[r];
+        }
+        float u = bt * (__bfloat162float(v[(tok * hv + hvi) * D + c]) - pred), acc = 0.0f;
+#pragma unroll
+        for (int r = 0; r < D; r++) {
+            S[r] += ks[r] * u;
+            acc += S[r] * qs[r];
+        }
+        o[(tok * hv + hvi) * D + c] = acc;
+    }
+    size_t sb = (static_cast<size_t>(n) * hv + hvi) * D * D;
+#pragma unroll
+    for (int r = 0; r < D; r++)
+        ht[sb + static_cast<size_t>(r) * D + c] = S[r];
+}
+
+/* acc[0] += sum (a - b)^2, acc[1] += sum b^2, acc[2] += NaN count */
+__global__ void sq_sums(const float *a, const float *b, size_t n, double *acc)
+{
+    double num = 0.0, den = 0.0, nan = 0.0;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        double d = (double)a[i] - b[i];
+        if (d != d)
+            nan += 1.0;
+        else
+            num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        num += __shfl_down_sync(0xffffffffu, num, off);
+        den += __shfl_down_sync(0xffffffffu, den, off);
+        nan += __shfl_down_sync(0xffffffffu, nan, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicAdd(acc, num);
+        atomicAdd(acc + 1, den);
+        atomicAdd(acc + 2, nan);
+    }
+}
+
+/* ||a - b|| / ||b|| of two device arrays (NaN when a holds a NaN). */
+double dev_rrms(const float *a, const float *b, size_t n)
+{
+    double *acc, h[3];
+    CHECK_CUDA(cudaMalloc(&acc, 3 * sizeof(double)));
+    CHECK_CUDA(cudaMemset(acc, 0, 3 * sizeof(double)));
+    sq_sums<<<1024, 256>>>(a, b, n, acc);
+    CHECK_CUDA(cudaMemcpy(h, acc, sizeof h, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaFree(acc));
+    return h[2] > 0 ? NAN : h[1] > 0 ? sqrt(h[0] / h[1]) : sqrt(h[0]);
+}
+
+void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
+{
+    const int64_t h = 16, D = 128, T = nseq * seq_t;
+    size_t nqk = T * h * D, nv = T * hv * D, ng = T * hv, ns = nseq * hv * D * D;
+    __nv_bfloat16 *q, *k, *v, *o;
+    float *g, *beta, *ht, *oref, *htref, *of;
+    CHECK_CUDA(cudaMalloc(&q, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&k, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&v, nv * 2));
+    CHECK_CUDA(cudaMalloc(&o, nv * 2));
+    CHECK_CUDA(cudaMalloc(&of, nv * 4));
+    CHECK_CUDA(cudaMalloc(&oref, nv * 4));
+    CHECK_CUDA(cudaMalloc(&g, ng * 4));
+    CHECK_CUDA(cudaMalloc(&beta, ng * 4));
+    CHECK_CUDA(cudaMalloc(&ht, ns * 4));
+    CHECK_CUDA(cudaMalloc(&htref, ns * 4));
+    gen_qk<<<blocks(T * h), 256>>>(q, T * h, D, 11);
+    gen_qk<<<blocks(T * h), 256>>>(k, T * h, D, 12);
+    gen_v<<<blocks(nv), 256>>>(v, nv, 13);
+    gen_gb<<<blocks(ng), 256>>>(g, beta, ng, 14);
+    float scale = 1.0f / sqrtf((float)D);
+    recur_kernel<128><<<dim3((unsigned)hv, (unsigned)nseq), 128>>>(q, k, v, g, beta, seq_t, h, hv,
+                                                                   scale, oref, htref);
+    CHECK_CUDA(cudaGetLastError());
+    qc::gdn_chunk_problem cp{nseq, seq_t, T, h, hv, D, D, scale, QS_BF16, nullptr};
+    qc::gdn_chunk_plan plan;
+    CHECK_CUDA(qc::gdn_chunk_plan_make(cp, nullptr, &plan));
+    double flop = (double)T * hv * (6.0 * D * D + 2.0 * 64 * (3.0 * D + 2.0 * D));
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    for (int mma : {qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem}) {
+        if (mma == qc::kGdnMmaBf16Smem && g_skip_smem)
+            continue;
+        std::vector<float> ms;
+        for (int it = 0; it < (g_profile ? 4 : 18); it++) {
+            CHECK_CUDA(cudaEventRecord(e0));
+            CHECK_CUDA(qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr,
+                                         o, ht, 0));
+            CHECK_CUDA(cudaEventRecord(e1));
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            float t;
+            CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+            if (it >= 3 || g_profile)
+                ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        double med = ms[ms.size() / 2];
+        bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        printf(
+            "time gdn_fwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms %.5f  "
+            "ht rrms %.5f\n",
+            kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
+            flop / (med * 1e-3) / 1e12, dev_rrms(of, oref, nv), dev_rrms(ht, htref, ns));
+        fflush(stdout);
+    }
+    qc::gdn_chunk_plan_free(&plan);
+    for (void *x : {(void *)q, (void *)k, (void *)v, (void *)o, (void *)of, (void *)oref, (void *)g,
+                    (void *)beta, (void *)ht, (void *)htref})
+        cudaFree(x);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("gdn_bench: no CUDA device\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    bool timing = true;
+    for (int i = 1; i < argc; i++) {
+        timing = timing && strcmp(argv[i], "--no-timing") != 0;
+        g_skip_smem = g_skip_smem || strcmp(argv[i], "--skip-smem") == 0;
+        g_profile = g_profile || strcmp(argv[i], "--profile") == 0;
+    }
+    if (g_profile) { /* the long sequence only, for a profiler (ncu --launch-skip) */
+        time_shape(1, 32768, 64);
+        return 0;
+    }
+    qs_ctx *ctx = qs_ctx_new();
+    checks(ctx);
+    qs_ctx_free(ctx);
+    printf("gdn_bench: checks: %d failing\n", g_fail);
+    fflush(stdout);
+    if (timing) {
+        printf("FLOP per token and value head: 6 dk dv + 2 C (3 dk + 2 dv), C = 64\n");
+        time_shape(1, 1024, 32); /* warm-up of modules and clocks, printed too */
+        time_shape(8, 1024, 32);
+        time_shape(4, 8192, 64);
+        time_shape(1, 32768, 64);
+    }
+    return g_fail ? 1 : 0;
+}
