@@ -49,7 +49,7 @@ expect_true "such a variant is marked, with the reason" grep -qF '"framework": f
 # [CASE-VERIFY-PROG] a framework that answers with the reference's outputs passes
 answer "$QST_TMP/t" "$QST_TMP/r"
 expect_status "verify passes the reference's own outputs" 0 "$QSPEC" verify "$FW" --id $TW --results "$QST_TMP/r"
-expect_out "verify counts its checks and the unobservable ones" "^PASS $TW: 27 checks hold \(15 outputs against the reference, normwise 2\^-7\), 0 not observable$"
+expect_out "verify counts its checks and the unobservable ones" "^PASS $TW: 27 checks hold \(15 outputs against the reference, as the case states, else normwise 2\^-7\), 0 not observable$"
 expect_status "verify accepts gen's own folder holding the outputs" 0 sh -c "cp -r '$QST_TMP/r/'* '$QST_TMP/t/' && '$QSPEC' verify '$FW' --id $TW --results '$QST_TMP/t'"
 
 # the replay contract: a checkpointed run that differs from the eager one fails
@@ -68,7 +68,10 @@ answer "$QST_TMP/t" "$QST_TMP/r"
 cp "$QST_TMP/r/eager/grad.lin2.npy" "$QST_TMP/r/eager/grad.lin1.npy"
 cp "$QST_TMP/r/eager/grad.lin2.npy" "$QST_TMP/r/ckpt/grad.lin1.npy"
 expect_status "a self-consistent but wrong gradient fails against the reference" 1 "$QSPEC" verify "$FW" --id $TW --results "$QST_TMP/r"
-expect_out "the failure gives the normwise error" "output=eager/grad.lin1 normwise error [0-9.e+-]* against the reference, above 2\^-7 \[CASE-PLUGIN-TOL\]"
+expect_out "the failure gives the case's comparison" "output=eager/grad.lin1 against the reference: metric [0-9.e+-]* outside the case's bound 0.03125"
+cp "$QST_TMP/r/hp/grad.lin2.npy" "$QST_TMP/r/hp/grad.lin1.npy"
+expect_status "an output the case states no comparison for is held to 2^-7" 1 "$QSPEC" verify "$FW" --id $TW --results "$QST_TMP/r"
+expect_out "that failure gives the normwise error" "output=hp/grad.lin1 normwise error [0-9.e+-]* against the reference, above 2\^-7 \[CASE-PLUGIN-TOL\]"
 # a framework claiming the reference's arithmetic is held bitwise
 answer "$QST_TMP/t" "$QST_TMP/r"
 echo '{"name": "test", "claim": "reference"}' >"$QST_TMP/r/framework.json"
