@@ -1,9 +1,11 @@
-"""python -m qspec_torch WORKDIR [--results DIR] [--compile] [--device DEV]
+"""python -m qspec_torch WORKDIR... [--results DIR] [--compile] [--device DEV]
 
-Answers the program case `qspec gen` wrote into WORKDIR: writes each variant's outputs
+Answers the program case `qspec gen` wrote into each WORKDIR (one process for all, so torch
+is imported once): writes each variant's outputs
 (V/y.npy, V/dx.npy, V/grad.OP.npy), its trace (V/trace.jsonl, eager only) and
-framework.json into DIR (default WORKDIR); or, when it cannot express the case,
-not_supported.txt with the reason. Exit status: 0 written, 3 not supported, 2 bad input."""
+framework.json into DIR (default WORKDIR; --results takes one WORKDIR); or, when it cannot express the
+case, not_supported.txt with the reason. Exit status of one WORKDIR: 0 written, 3 not
+supported, 2 bad input or a framework error; of several: the largest."""
 
 import argparse
 import json
@@ -58,26 +60,35 @@ def answer(workdir, results, compile_mode, device):
         f.write("\n")
 
 
+def answer_one(workdir, results, compile_mode, device):
+    os.makedirs(results, exist_ok=True)
+    try:
+        answer(workdir, results, compile_mode, device)
+    except NotSupported as e:
+        with open(os.path.join(results, "not_supported.txt"), "w") as f:
+            f.write(f"{e}\n")
+        print(f"{workdir}: not supported: {e}", file=sys.stderr)
+        return EXIT_UNSUPPORTED
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        print(f"qspec_torch: {workdir}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(f"{workdir}: written", file=sys.stderr)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m qspec_torch", description=__doc__.split("\n")[0])
-    ap.add_argument("workdir")
+    ap.add_argument("workdir", nargs="+")
     ap.add_argument("--results", help="the folder to write into (default WORKDIR)")
     ap.add_argument("--compile", action="store_true", help="run each variant under torch.compile")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args(argv)
-    results = a.results or a.workdir
-    os.makedirs(results, exist_ok=True)
-    try:
-        answer(a.workdir, results, a.compile, a.device)
-    except NotSupported as e:
-        with open(os.path.join(results, "not_supported.txt"), "w") as f:
-            f.write(f"{e}\n")
-        print(f"not supported: {e}", file=sys.stderr)
-        return EXIT_UNSUPPORTED
-    except (OSError, ValueError, KeyError) as e:
-        print(f"qspec_torch: {e}", file=sys.stderr)
-        return 2
-    return 0
+    if a.results and len(a.workdir) > 1:
+        ap.error("--results takes one WORKDIR")
+    rc = 0
+    for w in a.workdir:
+        rc = max(rc, answer_one(w, a.results or w, a.compile, a.device))
+    return rc
 
 
 if __name__ == "__main__":

@@ -55,7 +55,13 @@ class LinearOp(nn.Module):
             from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
             self.recipe = region[1]["name"]
-            config = Float8LinearConfig.from_recipe_name(torchao_recipe(region[1]))
+            name = torchao_recipe(region[1])
+            if name != "tensorwise" and torch.device(device).type == "cpu":
+                raise NotSupported(
+                    f"torch {torch.__version__}'s CPU _scaled_mm has per-tensor scales only; "
+                    f"torchao's {name} recipe needs a GPU"
+                )
+            config = Float8LinearConfig.from_recipe_name(name)
             convert_to_float8_training(self, config=config)
 
     def forward(self, x):
