@@ -13,8 +13,10 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "extprog.h"
 #include "fileio.h"
 #include "npy.h"
+#include "program.h"
 #include "outdir.h"
 #include "qspec/qspec.h"
 #include "report.h"
@@ -119,6 +121,20 @@ static qs_status compute(qs_ctx *ctx, const qsk_case *c, qs_tensor *inputs, size
     return st;
 }
 
+static int is_program(const qsk_case *c)
+{
+    return strcmp(c->op, "program") == 0;
+}
+
+/* [CASE-GEN-PROG] The outputs a framework writes for a program case: every variant's, with
+ * the reference's values. */
+static qs_status compute_framework(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
+                                   qsk_results *fw)
+{
+    memset(fw, 0, sizeof *fw);
+    return is_program(c) ? qsk_program_framework_ref(ctx, c, inputs, fw) : QS_OK;
+}
+
 static void free_inputs(qs_tensor *inputs, size_t nin)
 {
     for (size_t i = 0; i < nin; i++)
@@ -145,7 +161,7 @@ static void json_shape(FILE *fp, const qs_tensor *t)
     fputc(']', fp);
 }
 
-static void json_tensor(FILE *fp, const char *name, const qs_tensor *t)
+void qsk_gen_json_tensor(FILE *fp, const char *name, const qs_tensor *t)
 {
     fputs("{\"name\": ", fp);
     qsk_json_string(fp, name);
@@ -159,7 +175,7 @@ static void json_tensor(FILE *fp, const char *name, const qs_tensor *t)
     json_shape(fp, t);
 }
 
-static void json_compare(FILE *fp, const qsk_output *o)
+void qsk_gen_json_compare(FILE *fp, const qsk_output *o)
 {
     switch (o->cmp) {
     case QSK_CMP_BITWISE:
@@ -298,7 +314,7 @@ static void json_attn_rounding(FILE *fp, const qsk_case *c, const qs_tensor *inp
 }
 
 static void gen_manifest(FILE *fp, const qsk_suite *s, const qsk_case *c, const qs_tensor *inputs,
-                         const qsk_results *ref)
+                         const qsk_results *ref, const qsk_results *fw)
 {
     const qsk_case_file *f = file_of(s, c);
     char hex[65];
@@ -334,15 +350,21 @@ static void gen_manifest(FILE *fp, const qsk_suite *s, const qsk_case *c, const 
     fputs("],\n  \"inputs\": [\n", fp);
     for (size_t i = 0; i < c->ninputs; i++) {
         fputs("    ", fp);
-        json_tensor(fp, c->inputs[i].name, &inputs[i]);
+        qsk_gen_json_tensor(fp, c->inputs[i].name, &inputs[i]);
         fprintf(fp, "}%s\n", i + 1 < c->ninputs ? "," : "");
+    }
+    if (is_program(c)) { /* [CASE-GEN-PROG]: the outputs are the variants' */
+        fputs("  ]", fp);
+        qskx_manifest(fp, c, fw);
+        fputs("\n}\n", fp);
+        return;
     }
     fputs("  ],\n  \"outputs\": [\n", fp);
     for (size_t i = 0; i < c->noutputs; i++) {
         fputs("    ", fp);
-        json_tensor(fp, c->outputs[i].name, qsk_results_get(ref, c->outputs[i].name));
+        qsk_gen_json_tensor(fp, c->outputs[i].name, qsk_results_get(ref, c->outputs[i].name));
         fputs(", \"compare\": ", fp);
-        json_compare(fp, &c->outputs[i]);
+        qsk_gen_json_compare(fp, &c->outputs[i]);
         fprintf(fp, "}%s\n", i + 1 < c->noutputs ? "," : "");
     }
     fputs("  ]\n}\n", fp);
@@ -361,15 +383,41 @@ static qs_status write_npy_in(qs_ctx *ctx, qsk_outdir *o, const char *sub, const
     return st;
 }
 
+/* --expected of a program case: each variant's outputs in expected/V/ [CASE-GEN-PROG]. */
+static qs_status write_expected_variants(qs_ctx *ctx, qsk_outdir *o, const qsk_results *fw)
+{
+    qs_status st = QS_OK;
+    for (size_t i = 0; i < fw->n && st == QS_OK; i++) {
+        const char *slash = strchr(fw->names[i], '/');
+        char sub[2 * QSK_NAME_LEN + 16];
+        if (!slash || strcmp(slash, "/trace") == 0)
+            continue;
+        snprintf(sub, sizeof sub, "expected/%.*s", (int)(slash - fw->names[i]), fw->names[i]);
+        char *path = qsk_outdir_path(o, sub);
+        struct stat sb;
+        if (!path)
+            return qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
+        if (stat(path, &sb) != 0)
+            st = qsk_outdir_mkdir(ctx, o, sub);
+        free(path);
+        if (st == QS_OK)
+            st = write_npy_in(ctx, o, "expected", fw->names[i], &fw->t[i]);
+    }
+    return st;
+}
+
 static qs_status gen_write(qs_ctx *ctx, qsk_outdir *o, const gen_args *a, const qsk_suite *s,
-                           const qsk_case *c, const qs_tensor *inputs, const qsk_results *ref)
+                           const qsk_case *c, const qs_tensor *inputs, const qsk_results *ref,
+                           const qsk_results *fw)
 {
     qs_status st = QS_OK;
     for (size_t i = 0; i < c->ninputs && st == QS_OK; i++)
         st = write_npy_in(ctx, o, NULL, c->inputs[i].name, &inputs[i]);
     if (st == QS_OK && a->expected)
         st = qsk_outdir_mkdir(ctx, o, "expected");
-    for (size_t i = 0; a->expected && i < c->noutputs && st == QS_OK; i++)
+    if (st == QS_OK && a->expected && is_program(c))
+        st = write_expected_variants(ctx, o, fw);
+    for (size_t i = 0; a->expected && !is_program(c) && i < c->noutputs && st == QS_OK; i++)
         st = write_npy_in(ctx, o, "expected", c->outputs[i].name,
                           qsk_results_get(ref, c->outputs[i].name));
     char *man = NULL, *p = NULL;
@@ -378,7 +426,7 @@ static qs_status gen_write(qs_ctx *ctx, qsk_outdir *o, const gen_args *a, const 
     if (st == QS_OK && !fp)
         st = qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
     if (fp) {
-        gen_manifest(fp, s, c, inputs, ref);
+        gen_manifest(fp, s, c, inputs, ref, fw);
         if (fclose(fp) != 0)
             st = qs_ctx_error(ctx, QS_ERR_NOMEM, "out of memory");
     }
@@ -404,23 +452,27 @@ static int gen_run(int argc, char **argv)
     const qsk_case *c;
     qs_tensor inputs[MAX_INPUTS];
     size_t nin = 0;
-    qsk_results ref = {0};
+    qsk_results ref = {0}, fw = {0};
     qsk_outdir o = {NULL, NULL};
     rc = load_case(ctx, "gen", &a, &s, &c);
-    if (rc == 0 && compute(ctx, c, inputs, &nin, &ref) != QS_OK)
+    if (rc == 0 && (compute(ctx, c, inputs, &nin, &ref) != QS_OK ||
+                    compute_framework(ctx, c, inputs, &fw) != QS_OK))
         rc = qsk_usage_error("gen", "case %s: the reference failed: %s", c->id, qs_ctx_errmsg(ctx));
     if (rc == 0 && (qsk_outdir_open(ctx, &o, a.dir) != QS_OK ||
-                    gen_write(ctx, &o, &a, &s, c, inputs, &ref) != QS_OK ||
+                    gen_write(ctx, &o, &a, &s, c, inputs, &ref, &fw) != QS_OK ||
                     qsk_outdir_commit(ctx, &o) != QS_OK))
         rc = qsk_usage_error("gen", "%s", qs_ctx_errmsg(ctx));
     if (rc == 0) {
         printf("wrote the %zu input%s of case %s and manifest.json to %s; outputs to produce:",
                c->ninputs, c->ninputs == 1 ? "" : "s", c->id, a.dir);
-        for (size_t i = 0; i < c->noutputs; i++)
+        for (size_t i = 0; !is_program(c) && i < c->noutputs; i++)
             printf(" %s.npy", c->outputs[i].name);
+        for (size_t i = 0; i < fw.n; i++) /* a program's: per variant, trace optional */
+            printf(strstr(fw.names[i], "/trace") ? " [%s.jsonl]" : " %s.npy", fw.names[i]);
         printf("\n");
     }
     qsk_outdir_abort(&o);
+    qsk_results_free(&fw);
     qsk_results_free(&ref);
     free_inputs(inputs, nin);
     qsk_suite_free(&s);
@@ -490,7 +542,8 @@ static int check_folder(const gen_args *a, const qsk_case *c)
     struct dirent *e;
     int rc = 0;
     while (rc == 0 && (e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.' && !output_file(c, e->d_name) && !gen_file(c, e->d_name))
+        if (e->d_name[0] != '.' && !output_file(c, e->d_name) && !gen_file(c, e->d_name) &&
+            !(is_program(c) && qskx_entry_ok(c, e->d_name)))
             rc = qsk_usage_error("verify", "%s/%s: not an output of case %s (its outputs: %s)",
                                  a->dir, e->d_name, c->id, names);
     closedir(d);
@@ -500,7 +553,7 @@ static int check_folder(const gen_args *a, const qsk_case *c)
     snprintf(sub, sizeof sub, "%s/expected", a->dir);
     if (rc == 0 && lstat(sub, &xb) == 0 && !S_ISDIR(xb.st_mode))
         rc = qsk_usage_error("verify", "%s: not a folder (gen --expected writes a folder)", sub);
-    DIR *x = rc == 0 && lstat(sub, &xb) == 0 ? opendir(sub) : NULL;
+    DIR *x = rc == 0 && !is_program(c) && lstat(sub, &xb) == 0 ? opendir(sub) : NULL;
     while (rc == 0 && x && (e = readdir(x)) != NULL) {
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", sub, e->d_name);
@@ -514,7 +567,7 @@ static int check_folder(const gen_args *a, const qsk_case *c)
     }
     if (x)
         closedir(x);
-    for (size_t i = 0; rc == 0 && i < c->noutputs; i++) {
+    for (size_t i = 0; rc == 0 && !is_program(c) && i < c->noutputs; i++) {
         char path[4096];
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s.npy", a->dir, c->outputs[i].name);
@@ -562,6 +615,32 @@ static int read_outputs(qs_ctx *ctx, const gen_args *a, const qsk_case *c, const
     return 0;
 }
 
+/* [CASE-VERIFY-PROG]: the reference checked against its golden digests, then what the
+ * framework wrote for each variant. */
+static int verify_program(qs_ctx *ctx, const gen_args *a, const qsk_case *c,
+                          const qs_tensor *inputs, const qsk_results *ref)
+{
+    qsk_results fw;
+    qsk_case_result r;
+    qsk_result_init(&r, c);
+    qsk_check_digests(c, ref, &r, 0);
+    int rc = r.kind == QSK_RES_PASS ? 0 : QSK_EXIT_FAIL;
+    if (rc) {
+        qsk_result_finish(&r);
+        fputs(r.out ? r.out : "", stdout);
+        printf("FAIL %s: the reference disagrees with the case's golden digests\n", c->id);
+    }
+    qsk_result_free(&r);
+    if (rc == 0 && compute_framework(ctx, c, inputs, &fw) != QS_OK)
+        rc = qsk_usage_error("verify", "case %s: the reference failed: %s", c->id,
+                             qs_ctx_errmsg(ctx));
+    else if (rc == 0) {
+        rc = qskx_verify(ctx, c, a->dir, &fw);
+        qsk_results_free(&fw);
+    }
+    return rc;
+}
+
 static int verify_checked(qs_ctx *ctx, const gen_args *a, const qsk_case *c)
 {
     qs_tensor inputs[MAX_INPUTS];
@@ -571,6 +650,12 @@ static int verify_checked(qs_ctx *ctx, const gen_args *a, const qsk_case *c)
     if (compute(ctx, c, inputs, &nin, &ref) != QS_OK)
         rc = qsk_usage_error("verify", "case %s: the reference failed: %s", c->id,
                              qs_ctx_errmsg(ctx));
+    if (rc == 0 && is_program(c)) {
+        rc = verify_program(ctx, a, c, inputs, &ref);
+        qsk_results_free(&ref);
+        free_inputs(inputs, nin);
+        return rc;
+    }
     if (rc == 0)
         rc = read_outputs(ctx, a, c, &ref, &got);
     if (rc == 0) {

@@ -1270,9 +1270,12 @@ static qs_status program_check(qs_ctx *ctx, const qsk_case *c)
 /* Runs every variant (on the reference, or with pl's kernels), checks them and their
  * comparisons, and moves the case's outputs into out. On a plugin, *claim gets the weakest
  * gemm claim of all runs; a slot's refusal makes the case QS_ERR_UNSUPPORTED. */
+static qs_status framework_outputs(qs_ctx *ctx, const qsk_case *c, const vrun *runs,
+                                   qsk_results *out);
+
 static qs_status run_program(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
                              const qsk_plugin *pl, qsk_results *out, qs_gemm_claim *claim,
-                             int *attn_tol)
+                             int *attn_tol, int framework)
 {
     const qskp_program *p = c->program;
     vrun *runs = calloc(p->nvariants, sizeof *runs);
@@ -1306,7 +1309,9 @@ static qs_status run_program(qs_ctx *ctx, const qsk_case *c, const qs_tensor *in
         if (attn_tol && runs[i].attn_tol)
             *attn_tol = 1;
     }
-    for (size_t i = 0; ck.count == 0 && st == QS_OK && i < c->noutputs; i++) {
+    if (framework && ck.count == 0 && st == QS_OK)
+        st = framework_outputs(ctx, c, runs, out);
+    for (size_t i = 0; !framework && ck.count == 0 && st == QS_OK && i < c->noutputs; i++) {
         const char *name;
         const qskp_variant *v = output_variant(p, c->outputs[i].name, &name);
         const qs_tensor *t = vrun_get(&runs[v - p->variants], name);
@@ -1331,7 +1336,59 @@ static qs_status run_program(qs_ctx *ctx, const qsk_case *c, const qs_tensor *in
 static qs_status program_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
                              qsk_results *out)
 {
-    return run_program(ctx, c, inputs, NULL, out, NULL, NULL);
+    return run_program(ctx, c, inputs, NULL, out, NULL, NULL, 0);
+}
+
+/* ------------------------------------------------------------ for an external framework */
+
+const char *qsk_program_framework_why(const qskp_variant *v)
+{
+    if (v->inject.kind != QSKP_INJECT_NONE)
+        return "it injects an engine fault (inject_error)";
+    if (v->error.set)
+        return "it expects an engine error (expect_error)";
+    if (v->ranks > 1)
+        return "it runs on simulated ranks";
+    if (v->replay != QS_REPLAY_SPEC)
+        return "it replays under a non-normative replay variant";
+    return NULL;
+}
+
+/* [CASE-GEN-PROG]: the outputs of every variant a framework can run, as "V/y", "V/dx",
+ * "V/grad.OP" (every op in build order) and "V/trace". */
+static qs_status framework_outputs(qs_ctx *ctx, const qsk_case *c, const vrun *runs,
+                                   qsk_results *out)
+{
+    const qskp_program *p = c->program;
+    qs_status st = QS_OK;
+    for (size_t i = 0; i < p->nvariants && st == QS_OK; i++) {
+        const vrun *r = &runs[i];
+        if (qsk_program_framework_why(r->v))
+            continue;
+        static const char *const fixed[] = {"y", "dx", "trace"};
+        for (int op = -3; op < r->nops && st == QS_OK; op++) {
+            char local[QSK_NAME_LEN], full[2 * QSK_NAME_LEN];
+            if (op < 0)
+                snprintf(local, sizeof local, "%s", fixed[op + 3]);
+            else
+                snprintf(local, sizeof local, "grad.%s", r->ops[op]->name);
+            const qs_tensor *t = vrun_get(r, local);
+            qs_tensor copy;
+            if (!t)
+                continue; /* dx and the gradients of a forward-only variant */
+            snprintf(full, sizeof full, "%s/%s", r->v->name, local);
+            st = qs_tensor_clone(ctx, &copy, t);
+            if (st == QS_OK)
+                st = qsk_results_add(ctx, out, full, &copy);
+        }
+    }
+    return st;
+}
+
+qs_status qsk_program_framework_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
+                                    qsk_results *out)
+{
+    return run_program(ctx, c, inputs, NULL, out, NULL, NULL, 1);
 }
 
 /* [CASE-PROG-BACKEND] [CASE-KERNEL-TABLE] [CASE-BACKEND-UNSUPPORTED]: the slots and
@@ -1392,7 +1449,7 @@ static void missing_slot(const qs_backend *t, const qskp_node *s, char *why, siz
 
 /* [CASE-PLUGIN-TOL] The normwise relative error of x against e, or -1 when it cannot be
  * taken (a shape mismatch, a NaN); 0 when both are all zeros, +inf when only e is. */
-static double normwise_error(const qs_tensor *e, const qs_tensor *x)
+double qsk_normwise_error(const qs_tensor *e, const qs_tensor *x)
 {
     if (e->numel != x->numel)
         return -1.0;
@@ -1423,7 +1480,7 @@ static qs_status tolerance_check(qs_ctx *ctx, const qsk_case *c, const qsk_resul
         const qs_tensor *e = qsk_results_get(ref, mine->names[i]);
         if (!o || !e || o->cmp != QSK_CMP_BITWISE)
             continue;
-        double err = normwise_error(e, &mine->t[i]);
+        double err = qsk_normwise_error(e, &mine->t[i]);
         if (err < 0.0 || err > 0x1p-7)
             return qs_ctx_error(ctx, QS_ERR_STATE,
                                 "output=%s: normwise relative error %s%.6g against the reference "
@@ -1462,7 +1519,7 @@ static qs_status program_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_ca
     qs_gemm_claim claim = QS_GEMM_CLAIM_MODEL;
     qsk_results mine = {0};
     int attn_tol = 0;
-    qs_status st = run_program(ctx, c, inputs, pl, &mine, &claim, &attn_tol);
+    qs_status st = run_program(ctx, c, inputs, pl, &mine, &claim, &attn_tol, 0);
     /* the reference's outputs are the run's (its one run of the reference); a case of no
      * outputs [CASE-TIER-SELF] has none */
     int tol = st == QS_OK && !c->self_only && (claim != QS_GEMM_CLAIM_MODEL || attn_tol);

@@ -7,7 +7,7 @@
 #include "cases.h"
 #include "plugin.h"
 
-#define QSK_MAX_OUTPUTS 16
+#define QSK_MAX_OUTPUTS 96
 
 /* The named tensors an op produces; "NAME.bound" holds a gemm_bound's per-element bound. */
 typedef struct qsk_results {

@@ -232,4 +232,19 @@ void qskp_trace_op_split(const qskp_program *p, const qskp_variant *v, const cha
  * name ("gdn backward"); NULL when unknown. */
 const char *qskp_step_engine_name(const char *yaml_name);
 
+struct qsk_results;
+
+/* [CASE-PLUGIN-TOL] The normwise relative error ||x - e||_2 / ||e||_2, or -1 when it cannot
+ * be taken (another element count, a NaN); 0 when both are all zeros, +inf when only e is. */
+double qsk_normwise_error(const qs_tensor *e, const qs_tensor *x);
+
+/* [CASE-GEN-PROG] Why an external framework cannot run variant v (an injected fault, an
+ * expected engine error, simulated ranks, a non-normative replay variant), or NULL. */
+const char *qsk_program_framework_why(const qskp_variant *v);
+/* Runs every variant of program case c on the reference, with every check of a run, and
+ * adds the outputs of each variant a framework can run to out: "V/y", "V/dx", "V/grad.OP"
+ * (every op of the variant, in build order) and "V/trace" (JSON lines, u8). */
+qs_status qsk_program_framework_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
+                                    struct qsk_results *out);
+
 #endif
