@@ -612,3 +612,64 @@ float qs_siluf(float x) /* [MATH-SILU] x / (1 + e^-x), each step binary32; -Inf 
     float d = 1.0f + e;
     return x / d;
 }
+
+/* The constants of the tanh-form GELU [MATH-GELU], as binary32 values: RN(sqrt(2/pi)), its
+ * double (exact), RN(0.044715) and fl32(3 * RN(0.044715)). */
+static const float QSI_GELU_K = 0x1.988454p-1f;
+static const float QSI_GELU_K2 = 0x1.988454p+0f;
+static const float QSI_GELU_C = 0x1.6e4e26p-5f;
+static const float QSI_GELU_C3 = 0x1.12ba9cp-3f;
+
+/* The shared first steps of [MATH-GELU] and [MATH-GELU-GRAD]: e = e^(-2|u|) with
+ * u = k (x + c x^3), and d = 1 + e, each step binary32. Returns x^2 for the derivative. */
+static float gelu_inner(float x, float *e, float *d)
+{
+    float x2 = x * x;
+    float x3 = x2 * x;
+    float p = QSI_GELU_C * x3;
+    float s = x + p;
+    float u = QSI_GELU_K * s;
+    float m = -2.0f * fabsf(u);
+    *e = qs_expf(m);
+    *d = 1.0f + *e;
+    return x2;
+}
+
+float qs_geluf(float x) /* [MATH-GELU] x sigmoid(2u), each step binary32; -Inf gives -0 */
+{
+    if (x != x) {
+        return qsi_nanf();
+    }
+    if (x == -HUGE_VALF) {
+        return -0.0f;
+    }
+    float e, d;
+    (void)gelu_inner(x, &e, &d);
+    if (x < 0.0f) {
+        float n = x * e;
+        return n / d;
+    }
+    return x / d;
+}
+
+float qs_gelu_gradf(float x) /* [MATH-GELU-GRAD] sigmoid(2u) + 2x s(1-s) u'(x) */
+{
+    if (x != x) {
+        return qsi_nanf();
+    }
+    float e, d;
+    float x2 = gelu_inner(x, &e, &d);
+    float r = 1.0f / d; /* sigmoid(2|u|) */
+    float q = e / d;    /* sigmoid(-2|u|), that is 1 - r without the cancellation */
+    float sg = x < 0.0f ? q : r;
+    float a = r * q;
+    if (a == 0.0f) {
+        return sg; /* the second term is zero, also where x^2 overflows */
+    }
+    float b = x * a;
+    float cx = QSI_GELU_C3 * x2;
+    float ds = 1.0f + cx;
+    float pk = QSI_GELU_K2 * ds;
+    float t = b * pk;
+    return sg + t;
+}

@@ -1,7 +1,10 @@
 /* test_mathf.c: the binary32 functions of ref/mathf.c against MPFR (correct rounding) on
  * special values, boundaries and deterministic random samples, and the compositions
  * (sigmoid, softplus, silu) against their step-by-step definition and against MPFR within
- * the bounds stated in spec/mathf.md. Failures print inputs and results in hex. */
+ * the bounds stated in spec/mathf.md; the tanh-form GELU and its derivative against their
+ * definition, the binary64 formula and its central differences. Failures print inputs and
+ * results in hex. */
+#include <float.h>
 #include <math.h>
 #include <mpfr.h>
 #include <stdint.h>
@@ -689,6 +692,179 @@ START_TEST(test_siluf_follows_its_definition_and_is_within_2_ulp)
 }
 END_TEST
 
+/* [MATH-GELU] written out from spec/mathf.md, step by step, with its hex constants. */
+static float gelu_by_definition(float x)
+{
+    if (x == -HUGE_VALF) {
+        return -0.0f;
+    }
+    float x2 = x * x;
+    float x3 = x2 * x;
+    float p = 0x1.6e4e26p-5f * x3;
+    float s = x + p;
+    float u = 0x1.988454p-1f * s;
+    float m = -2.0f * fabsf(u);
+    float e = qs_expf(m);
+    float d = 1.0f + e;
+    if (x < 0.0f) {
+        float n = x * e;
+        return n / d;
+    }
+    return x / d;
+}
+
+/* [MATH-GELU-GRAD] written out from spec/mathf.md the same way. */
+static float gelu_grad_by_definition(float x)
+{
+    float x2 = x * x;
+    float x3 = x2 * x;
+    float p = 0x1.6e4e26p-5f * x3;
+    float s = x + p;
+    float u = 0x1.988454p-1f * s;
+    float m = -2.0f * fabsf(u);
+    float e = qs_expf(m);
+    float d = 1.0f + e;
+    float r = 1.0f / d, q = e / d;
+    float sg = x < 0.0f ? q : r;
+    float a = r * q;
+    if (a == 0.0f) {
+        return sg;
+    }
+    float b = x * a;
+    float cx = 0x1.12ba9cp-3f * x2;
+    float ds = 1.0f + cx;
+    float pk = 0x1.988454p+0f * ds;
+    float t = b * pk;
+    return sg + t;
+}
+
+/* The tanh-form GELU in binary64 from its formula with the exact constants (libm tanh, an
+ * independent evaluation): the tanh form where 1 + tanh(u) keeps binary64 precision far
+ * beyond binary32's (x >= -5), and x / (1 + e^(-2u)), the same function, below. */
+static double gelu_formula(double x)
+{
+    double u = sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
+    return x >= -5.0 ? 0.5 * x * (1.0 + tanh(u)) : x / (1.0 + exp(-2.0 * u));
+}
+
+/* The ulp bound [MATH-GELU] states for x. */
+static int64_t gelu_ulp_bound(float x)
+{
+    return x >= -1.0f ? 4 : x >= -3.0f ? 24 : x >= -5.0f ? 64 : 256;
+}
+
+static void check_gelu_at(float x, int *nbad, int64_t *worst)
+{
+    float got = qs_geluf(x), def = gelu_by_definition(x);
+    float want = (float)gelu_formula((double)x);
+    int64_t d = ulp_distance(got, want);
+    if (bits(got) != bits(def) || d > gelu_ulp_bound(x)) {
+        if (*nbad < QST_MAX_REPORT) {
+            printf("geluf(0x%08x = %a): got 0x%08x (%a), definition 0x%08x, formula 0x%08x (%a), "
+                   "%lld ulp\n",
+                   bits(x), (double)x, bits(got), (double)got, bits(def), bits(want), (double)want,
+                   (long long)d);
+        }
+        *nbad += 1;
+    }
+    if (x >= -1.0f && d > *worst) {
+        *worst = d;
+    }
+}
+
+/* [MATH-GELU] qs_geluf follows its definition bit for bit and is within the stated ulp of
+ * the binary64 formula (rounded to binary32) on a grid of [-10, 10] and random inputs. */
+START_TEST(test_geluf_follows_its_definition_and_is_within_the_stated_ulp_of_the_formula)
+{
+    int nbad = 0;
+    int64_t worst = 0;
+    for (int i = -40960; i <= 40960; i++) {
+        check_gelu_at((float)i * 0x1p-12f, &nbad, &worst);
+    }
+    uint64_t s = 41;
+    for (int i = 0; i < 100000; i++) {
+        check_gelu_at(rng_uniform(&s, -10.0f, 10.0f), &nbad, &worst);
+        float c = from_bits((uint32_t)rng_next(&s));
+        if (!isnan(c) && bits(qs_geluf(c)) != bits(gelu_by_definition(c))) {
+            nbad++;
+        }
+    }
+    printf("geluf: worst error %lld ulp for x >= -1 (bound 4)\n", (long long)worst);
+    ck_assert_int_eq(nbad, 0);
+}
+END_TEST
+
+/* [MATH-GELU] [MATH-SPECIAL] exact results: zeros keep their sign, the limits (x for large
+ * x, -0 for large negative x, +Inf, -Inf gives -0), x / 2 exactly for tiny x, the
+ * canonical NaN; and hand-typed values of the formula within 4 ulp. */
+START_TEST(test_geluf_gives_exact_limits_signed_zeros_and_known_values)
+{
+    ck_assert_uint_eq(bits(qs_geluf(0.0f)), 0x00000000u);
+    ck_assert_uint_eq(bits(qs_geluf(-0.0f)), 0x80000000u);
+    ck_assert_uint_eq(bits(qs_geluf(HUGE_VALF)), 0x7f800000u);
+    ck_assert_uint_eq(bits(qs_geluf(-HUGE_VALF)), 0x80000000u);
+    ck_assert_uint_eq(bits(qs_geluf(from_bits(0x7fc00000u))), 0x7fc00000u);
+    ck_assert_uint_eq(bits(qs_geluf(from_bits(0xff800001u))), 0x7fc00000u);
+    const float big[] = {10.0f, 16.0f, 100.0f, 0x1p42f, 0x1p100f, FLT_MAX};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        ck_assert_uint_eq(bits(qs_geluf(big[i])), bits(big[i]));
+        ck_assert_uint_eq(bits(qs_geluf(-big[i] - 4.0f)), 0x80000000u); /* -14 and below */
+    }
+    const float tiny[] = {0x1p-100f, -0x1p-100f, 0x1p-126f, -0x1.8p-140f};
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+        ck_assert_uint_eq(bits(qs_geluf(tiny[i])), bits(tiny[i] * 0.5f));
+    }
+    const struct {
+        float x;
+        double y;
+    } known[] = {{1.0f, 0.8411919906082768},    {-1.0f, -0.15880800939172324},
+                 {2.0f, 1.954597694087775},     {0.5f, 0.34571400982514394},
+                 {-0.5f, -0.15428599017485606}, {3.0f, 2.996362607918227}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        int64_t d = ulp_distance(qs_geluf(known[i].x), (float)known[i].y);
+        ck_assert_msg(d <= 4, "geluf(%g) = %a, %lld ulp from %.17g", (double)known[i].x,
+                      (double)qs_geluf(known[i].x), (long long)d, known[i].y);
+    }
+}
+END_TEST
+
+/* [MATH-GELU-GRAD] qs_gelu_gradf follows its definition bit for bit and is within 2^-20
+ * absolute of a central difference of the binary64 formula (step 2^-14, whose own error is
+ * below 2^-26) on [-12, 12]; exact values at the limits, zeros and the overflow of x^2. */
+START_TEST(test_gelu_gradf_matches_central_differences_and_gives_exact_limits)
+{
+    int nbad = 0;
+    double worst = 0.0;
+    const double h = 0x1p-14;
+    for (int i = -49152; i <= 49152; i++) {
+        float x = (float)i * 0x1p-12f;
+        float got = qs_gelu_gradf(x);
+        double cd = (gelu_formula((double)x + h) - gelu_formula((double)x - h)) / (2.0 * h);
+        double err = fabs((double)got - cd);
+        worst = err > worst ? err : worst;
+        if (bits(got) != bits(gelu_grad_by_definition(x)) || err > 0x1p-20) {
+            if (nbad < QST_MAX_REPORT) {
+                printf("gelu_gradf(%a): got %a, definition %a, central difference %a\n", (double)x,
+                       (double)got, (double)gelu_grad_by_definition(x), cd);
+            }
+            nbad++;
+        }
+    }
+    printf("gelu_gradf: worst absolute error %.3g (bound 2^-20)\n", worst);
+    ck_assert_int_eq(nbad, 0);
+    ck_assert_uint_eq(bits(qs_gelu_gradf(0.0f)), 0x3f000000u);
+    ck_assert_uint_eq(bits(qs_gelu_gradf(-0.0f)), 0x3f000000u);
+    ck_assert_uint_eq(bits(qs_gelu_gradf(HUGE_VALF)), 0x3f800000u);
+    ck_assert_uint_eq(bits(qs_gelu_gradf(-HUGE_VALF)), 0x00000000u);
+    ck_assert_uint_eq(bits(qs_gelu_gradf(from_bits(0xffc00001u))), 0x7fc00000u);
+    const float big[] = {20.0f, 100.0f, 0x1p40f, 0x1p70f, FLT_MAX}; /* x^2 overflows from 2^64 */
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        ck_assert_uint_eq(bits(qs_gelu_gradf(big[i])), 0x3f800000u);
+        ck_assert_uint_eq(bits(qs_gelu_gradf(-big[i])), 0x00000000u);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("mathf");
@@ -712,6 +888,10 @@ int main(void)
     tcase_add_test(tc, test_sigmoidf_follows_its_definition_and_is_within_2_ulp);
     tcase_add_test(tc, test_softplusf_follows_its_definition_and_is_within_2_ulp);
     tcase_add_test(tc, test_siluf_follows_its_definition_and_is_within_2_ulp);
+    tcase_add_test(tc,
+                   test_geluf_follows_its_definition_and_is_within_the_stated_ulp_of_the_formula);
+    tcase_add_test(tc, test_geluf_gives_exact_limits_signed_zeros_and_known_values);
+    tcase_add_test(tc, test_gelu_gradf_matches_central_differences_and_gives_exact_limits);
     suite_add_tcase(s, tc);
     return qst_run(s);
 }
