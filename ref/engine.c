@@ -1,5 +1,5 @@
 /* engine.c: the reference engine of spec/recompute.md — programs (trees of regions over
- * linear, gdn and mla ops), run forward on a tape and backward from an output gradient, with
+ * linear, gelu, gdn and mla ops), run forward on a tape and backward from an output gradient, with
  * checkpointed regions recorded and replayed [RCP-RECORD] [RCP-REPLAY], an mla op's
  * mla_up_proj region checkpointed the same way [RCP-MLA-UP-PROJ], a trace record per op
  * execution [RCP-TRACE], the delayed-scaling update timing of spec/scoping.md, and failure
@@ -18,6 +18,7 @@
 #include "qspec/distributed.h"
 #include "qspec/format.h"
 #include "qspec/linear.h"
+#include "qspec/mathf.h"
 #include "qspec/program.h"
 
 /* ------------------------------------------------------------ programs */
@@ -30,6 +31,7 @@ typedef enum qsi_node_kind {
     QSI_N_CHECKPOINT,
     QSI_N_LINEAR,
     QSI_N_GDN,
+    QSI_N_GELU,   /* the tanh-form GELU [RCP-GELU-OP]: no parameters, never quantized */
     QSI_N_MLA,    /* an mla op; its linears are QSI_N_MLA_LIN children, never run by the tree */
     QSI_N_MLA_LIN /* one linear of an mla op: its trace name and quantizers */
 } qsi_node_kind;
@@ -74,7 +76,8 @@ struct qs_program {
 
 static int is_region(qsi_node_kind k)
 {
-    return k != QSI_N_LINEAR && k != QSI_N_GDN && k != QSI_N_MLA && k != QSI_N_MLA_LIN;
+    return k != QSI_N_LINEAR && k != QSI_N_GDN && k != QSI_N_GELU && k != QSI_N_MLA &&
+           k != QSI_N_MLA_LIN;
 }
 
 /* The nodes that run as a quantizable linear: linear ops and the linears of mla ops. */
@@ -316,6 +319,20 @@ qs_status qs_program_gdn_heads(qs_ctx *ctx, qs_program *p, int parent, const cha
     memcpy(n->beta, beta, nv * sizeof(float));
     n->rows = rows;
     n->heads = heads;
+    strcpy(n->name, name);
+    n->op = p->nops++;
+    return QS_OK;
+}
+
+/* [RCP-GELU-OP]: an op without parameters; its gradient slot stays empty. */
+qs_status qs_program_gelu(qs_ctx *ctx, qs_program *p, int parent, const char *name, int *id)
+{
+    qs_status s = check_op_name(ctx, p, name);
+    if (s != QS_OK)
+        return s;
+    if ((s = add_node(ctx, p, parent, QSI_N_GELU, id)) != QS_OK)
+        return s;
+    qsi_node *n = &p->nodes[*id];
     strcpy(n->name, name);
     n->op = p->nops++;
     return QS_OK;
@@ -1028,6 +1045,63 @@ static qs_status gdn_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
     return tape_push(ctx, tape, &e);
 }
 
+/* ------------------------------------------------------------ gelu */
+
+/* [RCP-GELU-OP]: the precision a gelu execution reports — island inside an island, high
+ * everywhere else; it never quantizes or calibrates, whatever the region. */
+static qs_precision gelu_precision(const qs_ctx *ctx)
+{
+    return ctx->scope.island ? QS_PREC_ISLAND : QS_PREC_HIGH;
+}
+
+static void gelu_record(const qsi_node *n, qs_trace_phase phase, qs_precision prec, qs_dtype dtype,
+                        qs_trace_record *r)
+{
+    memset(r, 0, sizeof *r);
+    set_name(r, n->name, "gelu");
+    r->phase = phase;
+    r->precision = prec;
+    r->dtype = dtype;
+}
+
+/* y = qs_geluf(x) per element from the FP32 value of x, rounded to x's dtype (RNE)
+ * [MATH-GELU]; the input is saved for the backward. */
+static qs_status gelu_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
+{
+    qsi_node *n = &run->p->nodes[id];
+    qs_ctx *ctx = run->ctx;
+    qsi_input in = {0};
+    qs_tensor y = {0};
+    qsi_entry e = {0};
+    float *o = NULL;
+    qs_status s = qsi_fault_step(ctx, "gelu forward");
+    if (s == QS_OK && act->ndim != 2)
+        s = qs_ctx_error(ctx, QS_ERR_SHAPE, "gelu '%s': activation must be 2-D", n->name);
+    if (s == QS_OK)
+        s = qsi_input_load(ctx, act, &in);
+    if (s == QS_OK && !(o = malloc(in.m * in.k * sizeof(float) + 1)))
+        s = qs_ctx_error(ctx, QS_ERR_NOMEM, "gelu: out of memory");
+    for (size_t i = 0; s == QS_OK && i < (size_t)(in.m * in.k); i++)
+        o[i] = qs_geluf(in.x[i]);
+    if (s == QS_OK)
+        s = store_like(ctx, act, o, &y);
+    free(o);
+    qsi_input_free(&in);
+    e.prec = gelu_precision(ctx);
+    qs_trace_record r;
+    gelu_record(n, run->replaying ? QS_PHASE_RECOMPUTE : QS_PHASE_FORWARD, e.prec, act->dtype, &r);
+    if (s == QS_OK)
+        s = qs_trace_append(ctx, &run->res->trace, &r);
+    if (s != QS_OK) {
+        qs_tensor_free(&y);
+        return s;
+    }
+    e.node = id;
+    e.x = *act;
+    *act = y;
+    return tape_push(ctx, tape, &e);
+}
+
 /* ------------------------------------------------------------ regions */
 
 typedef struct qsi_body {
@@ -1112,6 +1186,8 @@ static qs_status exec_node(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
         return linear_fwd(run, id, act, tape);
     case QSI_N_GDN:
         return gdn_fwd(run, id, act, tape);
+    case QSI_N_GELU:
+        return gelu_fwd(run, id, act, tape);
     case QSI_N_MLA:
         return mla_fwd(run, id, act, tape);
     case QSI_N_CHECKPOINT:
@@ -1254,6 +1330,44 @@ static qs_status gdn_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
     return QS_OK;
 }
 
+/* [RCP-GELU-OP] [MATH-GELU-GRAD]: dx = fl32(dy * qs_gelu_gradf(x)) per element, dy the FP32
+ * value of the incoming gradient, rounded to the dtype of the saved input (RNE). */
+static qs_status gelu_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
+{
+    qsi_node *n = &run->p->nodes[e->node];
+    qs_ctx *ctx = run->ctx;
+    qsi_input in = {0}, gi = {0};
+    qs_tensor dx = {0};
+    float *buf = NULL;
+    qs_status s = qsi_fault_step(ctx, "gelu backward");
+    if (s == QS_OK)
+        s = qsi_input_load(ctx, &e->x, &in);
+    if (s == QS_OK)
+        s = qsi_input_load(ctx, grad, &gi);
+    if (s == QS_OK && (gi.m != in.m || gi.k != in.k))
+        s = qs_ctx_error(ctx, QS_ERR_SHAPE, "gelu '%s': gradient shape differs", n->name);
+    if (s == QS_OK && !(buf = malloc((size_t)(in.m * in.k) * sizeof(float) + 1)))
+        s = qs_ctx_error(ctx, QS_ERR_NOMEM, "gelu: out of memory");
+    for (size_t i = 0; s == QS_OK && i < (size_t)(in.m * in.k); i++)
+        buf[i] = gi.x[i] * qs_gelu_gradf(in.x[i]);
+    if (s == QS_OK)
+        s = store_like(ctx, &e->x, buf, &dx);
+    qs_trace_record r;
+    gelu_record(n, QS_PHASE_BACKWARD, e->prec, e->x.dtype, &r);
+    if (s == QS_OK)
+        s = qs_trace_append(ctx, &run->res->trace, &r);
+    free(buf);
+    qsi_input_free(&in);
+    qsi_input_free(&gi);
+    if (s != QS_OK) {
+        qs_tensor_free(&dx);
+        return s;
+    }
+    qs_tensor_free(grad);
+    *grad = dx;
+    return QS_OK;
+}
+
 /* A digest of every quantizer's delayed-scaling state: the audit's "state left as before". */
 static uint64_t program_state_digest(const qs_program *p)
 {
@@ -1372,6 +1486,7 @@ static qs_status backward_tape(qsi_run *run, qsi_tape *tape, qs_tensor *grad)
         qs_status s = e->ck               ? checkpoint_bwd(run, e, grad)
                       : e->mla            ? mla_bwd(run, e, grad)
                       : k == QSI_N_LINEAR ? linear_bwd(run, e, grad)
+                      : k == QSI_N_GELU   ? gelu_bwd(run, e, grad)
                                           : gdn_bwd(run, e, grad);
         if (s != QS_OK)
             return s;

@@ -1,5 +1,6 @@
 /* test_recompute.c: programs on the reference engine (spec/recompute.md, spec/scoping.md):
- * the replay contract and non-vacuity per recipe, GDN islands between quantized linears
+ * the replay contract and non-vacuity per recipe, MLP blocks with a gelu op (eager,
+ * checkpointed, in an island), GDN islands between quantized linears
  * (eager and checkpointed), calibration inside and outside islands, delayed-scaling update
  * timing over several steps with checkpoints, the replay audit, the JSON-lines trace, and
  * the fault-injection sweep over every program of this file. */
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "qspec/format.h"
+#include "qspec/mathf.h"
 #include "qspec/program.h"
 #include "qspec/random.h"
 #include "qstensor.h"
@@ -317,6 +319,229 @@ START_TEST(test_quantized_run_differs_from_high_precision_but_stays_close)
     qs_program_result_free(&rh);
     qs_program_free(ph);
     qs_ctx_free(ctx);
+    fixture_free(&f);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the gelu op */
+
+/* autocast(kind) { lin1, gelu "act", lin2 } (kind < 0: no autocast); placement 0 eager, 1 a
+ * checkpoint around the block, 2 a checkpoint around the gelu alone, 3 an island around the
+ * gelu. */
+static qs_program *mlp(const fixture *f, int kind, int placement)
+{
+    qs_program *p;
+    ck_assert_int_eq(qs_program_new(NULL, &p), QS_OK);
+    qs_scope_recipe r = recipe_for(kind < 0 ? QS_RECIPE_CURRENT : (qs_recipe_kind)kind);
+    int top = kind < 0 ? QS_PROGRAM_ROOT : add_autocast(p, QS_PROGRAM_ROOT, &r);
+    int block = placement == 1 ? add_ckpt(p, top) : top;
+    add_linear(p, block, f, 0);
+    int act = placement == 2 ? add_ckpt(p, block) : placement == 3 ? add_island(p, block) : block;
+    int id;
+    ck_assert_int_eq(qs_program_gelu(NULL, p, act, "act", &id), QS_OK);
+    add_linear(p, block, f, 1);
+    return p;
+}
+
+/* A gelu record: kind gelu, the given precision, no recipe, no scales, no first module,
+ * the dtype of a linear's output (BF16). */
+static void expect_gelu_record(const qs_trace_record *r, qs_precision prec)
+{
+    ck_assert_ptr_nonnull(r);
+    ck_assert_str_eq(r->kind, "gelu");
+    ck_assert_int_eq(r->precision, prec);
+    ck_assert_int_eq(r->has_recipe, 0);
+    ck_assert_int_eq(r->scales, QS_SCALES_NONE);
+    ck_assert_int_eq(r->nscale, 0);
+    ck_assert_int_eq(r->first_module, 0);
+    ck_assert_int_eq(r->dtype, QS_BF16);
+}
+
+/* [RCP-GELU-OP] [RCP-REPLAY-BITWISE] [RCP-REPLAY] an MLP block (linear, gelu, linear) in
+ * high precision and under every recipe: with a checkpoint around the block or around the
+ * gelu alone, the replay reproduces its forward and the output, dx, every gradient and
+ * every quantizer are bitwise those of the eager run. The gelu is traced in forward,
+ * recompute and backward as high precision (never quantized, even in an enabled region)
+ * and has no parameter gradient. */
+START_TEST(test_mlp_block_replays_bitwise_with_a_checkpoint_around_the_block_or_the_gelu)
+{
+    fixture f;
+    fixture_init(&f);
+    for (int kind = -1; kind < QS_RECIPE_COUNT; kind++)
+        for (int placement = 1; placement <= 2; placement++) {
+            qs_ctx *c1 = qs_ctx_new(), *c2 = qs_ctx_new();
+            qs_rng_set(c1, 77, 5);
+            qs_rng_set(c2, 77, 5);
+            qs_program *pc = mlp(&f, kind, placement), *pe = mlp(&f, kind, 0);
+            qs_program_result rc, re;
+            run_ok(c1, pc, &f, &rc);
+            run_ok(c2, pe, &f, &re);
+            ck_assert_int_eq(rc.nreplays, 1);
+            ck_assert_uint_eq(rc.replay_digest[0], rc.replay_fwd_digest[0]);
+            expect_same_results(&rc, &re);
+            expect_same_quantizers(pc, pe);
+            ck_assert_int_eq(rc.nops, 3);
+            ck_assert_ptr_null(rc.grads[1].data);
+            ck_assert_ptr_nonnull(rc.grads[0].data);
+            ck_assert_ptr_nonnull(rc.grads[2].data);
+            expect_gelu_record(find_rec(&rc.trace, "act", QS_PHASE_FORWARD, 0), QS_PREC_HIGH);
+            expect_gelu_record(find_rec(&rc.trace, "act", QS_PHASE_RECOMPUTE, 0), QS_PREC_HIGH);
+            expect_gelu_record(find_rec(&rc.trace, "act", QS_PHASE_BACKWARD, 0), QS_PREC_HIGH);
+            ck_assert_ptr_null(find_rec(&re.trace, "act", QS_PHASE_RECOMPUTE, 0));
+            /* a checkpoint around the gelu alone replays no linear */
+            ck_assert_int_eq(find_rec(&rc.trace, "lin2", QS_PHASE_RECOMPUTE, 0) != NULL,
+                             placement == 1);
+            if (kind >= 0)
+                ck_assert_int_eq(find_rec(&rc.trace, "lin1", QS_PHASE_FORWARD, 0)->precision,
+                                 QS_PREC_QUANTIZED);
+            qs_program_result_free(&rc);
+            qs_program_result_free(&re);
+            qs_program_free(pc);
+            qs_program_free(pe);
+            qs_ctx_free(c1);
+            qs_ctx_free(c2);
+        }
+    fixture_free(&f);
+}
+END_TEST
+
+/* [RCP-NONVACUOUS] [RCP-GELU-OP] the quantized MLP block differs bitwise from the
+ * high-precision one and stays close to it: cosine > 0.99 (FP8), > 0.9 (NVFP4), for y, dx
+ * and both weight gradients. */
+START_TEST(test_quantized_mlp_block_differs_from_high_precision_but_stays_close)
+{
+    fixture f;
+    fixture_init(&f);
+    qs_ctx *ctx = qs_ctx_new();
+    qs_program *ph = mlp(&f, -1, 1);
+    qs_program_result rh;
+    run_ok(ctx, ph, &f, &rh);
+    for (int kind = 0; kind < QS_RECIPE_COUNT; kind++) {
+        qs_program *pq = mlp(&f, kind, 1);
+        qs_program_result rq;
+        run_ok(ctx, pq, &f, &rq);
+        double bound = kind == QS_RECIPE_NVFP4 ? 0.9 : 0.99;
+        const char *name = qs_recipe_kind_name(kind);
+        ck_assert_msg(differs(&rq.y, &rh.y), "%s: y equals the high-precision y", name);
+        ck_assert_msg(differs(&rq.dx, &rh.dx), "%s: dx equals the high-precision dx", name);
+        const qs_tensor *a[4] = {&rq.y, &rq.dx, &rq.grads[0], &rq.grads[2]};
+        const qs_tensor *b[4] = {&rh.y, &rh.dx, &rh.grads[0], &rh.grads[2]};
+        for (int i = 0; i < 4; i++) {
+            double c = cosine(a[i], b[i]);
+            ck_assert_msg(c > bound, "%s: output %d: cosine %.6f <= %.2f", name, i, c, bound);
+        }
+        qs_program_result_free(&rq);
+        qs_program_free(pq);
+    }
+    qs_program_result_free(&rh);
+    qs_program_free(ph);
+    qs_ctx_free(ctx);
+    fixture_free(&f);
+}
+END_TEST
+
+/* The tanh-form GELU and its derivative in binary64, from the formula (the tanh form where
+ * 1 + tanh does not cancel below binary64's precision, x >= -5; x / (1 + e^(-2u)) below). */
+static double gelu_d(double x)
+{
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return x >= -5.0 ? 0.5 * x * (1.0 + tanh(u)) : x / (1.0 + exp(-2.0 * u));
+}
+
+/* [RCP-GELU-OP] [MATH-GELU] [MATH-GELU-GRAD] a gelu op alone on a bf16 and an fp16
+ * activation: y is qs_geluf of each element rounded to the activation dtype, dx is
+ * fl32(dy * qs_gelu_gradf(x)) rounded to it, both bit for bit; and both are within the
+ * dtype's rounding of the binary64 formula (y) and of dy times a central difference of it
+ * (dx). */
+START_TEST(test_gelu_op_is_geluf_per_element_rounded_to_the_activation_dtype)
+{
+    for (int d = 0; d < 2; d++) {
+        qs_dtype dt = d == 0 ? QS_BF16 : QS_FP16;
+        int64_t shape[2] = {16, 64};
+        qs_tensor x, dy;
+        ck_assert_int_eq(qs_tensor_alloc(NULL, &x, dt, 2, shape), QS_OK);
+        ck_assert_int_eq(qs_tensor_alloc(NULL, &dy, QS_FP32, 2, shape), QS_OK);
+        uint16_t *xb = x.data;
+        for (size_t i = 0; i < x.numel; i++) {
+            float v = -7.0f + 14.0f * (float)i / (float)x.numel; /* -7 .. 7 */
+            xb[i] = dt == QS_BF16 ? qs_f32_to_bf16(v) : qs_f32_to_f16(v);
+            ((float *)dy.data)[i] = 0.5f + qs_random_uniform(31, 0, i);
+        }
+        qs_ctx *ctx = qs_ctx_new();
+        qs_program *p;
+        int id;
+        ck_assert_int_eq(qs_program_new(ctx, &p), QS_OK);
+        ck_assert_int_eq(qs_program_gelu(ctx, p, QS_PROGRAM_ROOT, "act", &id), QS_OK);
+        qs_program_result res;
+        ck_assert_int_eq(qs_program_run(ctx, p, &x, &dy, &res), QS_OK);
+        ck_assert_int_eq(res.y.dtype, dt);
+        ck_assert_int_eq(res.dx.dtype, dt);
+        const uint16_t *yb = res.y.data, *db = res.dx.data;
+        double ulp = dt == QS_BF16 ? 0x1p-8 : 0x1p-11; /* one unit of the dtype, relative */
+        for (size_t i = 0; i < x.numel; i++) {
+            float xv = dt == QS_BF16 ? qs_bf16_to_f32(xb[i]) : qs_f16_to_f32(xb[i]);
+            float g = ((float *)dy.data)[i];
+            float yv = dt == QS_BF16 ? qs_bf16_to_f32(yb[i]) : qs_f16_to_f32(yb[i]);
+            float dv = dt == QS_BF16 ? qs_bf16_to_f32(db[i]) : qs_f16_to_f32(db[i]);
+            uint16_t ywant =
+                dt == QS_BF16 ? qs_f32_to_bf16(qs_geluf(xv)) : qs_f32_to_f16(qs_geluf(xv));
+            float dprod = g * qs_gelu_gradf(xv);
+            uint16_t dwant = dt == QS_BF16 ? qs_f32_to_bf16(dprod) : qs_f32_to_f16(dprod);
+            ck_assert_msg(yb[i] == ywant, "y[%zu] (x %a): 0x%04x, want 0x%04x", i, (double)xv,
+                          yb[i], ywant);
+            ck_assert_msg(db[i] == dwant, "dx[%zu] (x %a): 0x%04x, want 0x%04x", i, (double)xv,
+                          db[i], dwant);
+            double e = gelu_d(xv), h = 1e-4;
+            double cd = (gelu_d((double)xv + h) - gelu_d((double)xv - h)) / (2 * h);
+            double tiny = dt == QS_BF16 ? 0x1p-126 : 0x1p-24; /* the dtype's smallest step */
+            ck_assert_msg(fabs(yv - e) <= ulp * fabs(e) + tiny, "y at x %a: %a, formula %a",
+                          (double)xv, (double)yv, e);
+            ck_assert_msg(fabs(dv - g * cd) <= ulp * fabs(g * cd) + 0x1p-20 * g + tiny,
+                          "dx at x %a: %a, dy * central difference %a", (double)xv, (double)dv,
+                          g * cd);
+        }
+        ck_assert_ptr_null(res.grads[0].data); /* no parameters */
+        ck_assert_int_eq(res.trace.n, 2);      /* forward, backward */
+        ck_assert_str_eq(res.trace.rec[0].kind, "gelu");
+        ck_assert_int_eq(res.trace.rec[0].precision, QS_PREC_HIGH);
+        ck_assert_int_eq(res.trace.rec[1].phase, QS_PHASE_BACKWARD);
+        ck_assert_int_eq(res.trace.rec[0].dtype, dt);
+        qs_program_result_free(&res);
+        qs_program_free(p);
+        qs_ctx_free(ctx);
+        qs_tensor_free(&x);
+        qs_tensor_free(&dy);
+    }
+}
+END_TEST
+
+/* [RCP-GELU-OP] [SCOPE-ISLAND] a gelu inside an island (between quantized linears) traces
+ * precision island, and gives bitwise the results of the same gelu outside the island,
+ * which traces high: the island changes the decision it reports, not the arithmetic. */
+START_TEST(test_gelu_in_an_island_traces_island_and_computes_the_same_bits)
+{
+    fixture f;
+    fixture_init(&f);
+    for (int kind = 0; kind < QS_RECIPE_COUNT; kind++) {
+        qs_ctx *ctx = qs_ctx_new();
+        qs_program *pi = mlp(&f, kind, 3), *pe = mlp(&f, kind, 0);
+        qs_program_result ri, re;
+        qs_rng_set(ctx, 3, 0);
+        run_ok(ctx, pi, &f, &ri);
+        qs_rng_set(ctx, 3, 0);
+        run_ok(ctx, pe, &f, &re);
+        expect_gelu_record(find_rec(&ri.trace, "act", QS_PHASE_FORWARD, 0), QS_PREC_ISLAND);
+        expect_gelu_record(find_rec(&ri.trace, "act", QS_PHASE_BACKWARD, 0), QS_PREC_ISLAND);
+        expect_gelu_record(find_rec(&re.trace, "act", QS_PHASE_FORWARD, 0), QS_PREC_HIGH);
+        ck_assert_int_eq(find_rec(&ri.trace, "lin2", QS_PHASE_FORWARD, 0)->precision,
+                         QS_PREC_QUANTIZED);
+        expect_same_results(&ri, &re);
+        qs_program_result_free(&ri);
+        qs_program_result_free(&re);
+        qs_program_free(pi);
+        qs_program_free(pe);
+        qs_ctx_free(ctx);
+    }
     fixture_free(&f);
 }
 END_TEST
@@ -871,6 +1096,11 @@ static qs_program *b_chain(const fixture *f, int v)
     return chain(f, v % QS_RECIPE_COUNT, v / QS_RECIPE_COUNT);
 }
 
+static qs_program *b_mlp(const fixture *f, int v)
+{
+    return mlp(f, v % QS_RECIPE_COUNT, v / QS_RECIPE_COUNT);
+}
+
 static qs_program *b_island(const fixture *f, int v)
 {
     return island_prog(f, (qs_recipe_kind)(v % QS_RECIPE_COUNT), v / QS_RECIPE_COUNT);
@@ -957,7 +1187,8 @@ START_TEST(test_fault_injection_at_every_step_leaves_all_state_unchanged)
                  {b_island, 3 * QS_RECIPE_COUNT},
                  {b_calib, 2},
                  {b_outer, QS_RECIPE_COUNT},
-                 {b_nested, 2}};
+                 {b_nested, 2},
+                 {b_mlp, 4 * QS_RECIPE_COUNT}};
     int total = 0, programs = 0;
     for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++)
         for (int v = 0; v < progs[i].variants; v++)
@@ -1121,6 +1352,11 @@ static Suite *recompute_suite(void)
     tcase_add_test(tc, test_replay_is_bitwise_for_every_recipe);
     tcase_add_test(tc, test_checkpoint_around_an_outermost_autocast_replays_bitwise);
     tcase_add_test(tc, test_quantized_run_differs_from_high_precision_but_stays_close);
+    tcase_add_test(tc,
+                   test_mlp_block_replays_bitwise_with_a_checkpoint_around_the_block_or_the_gelu);
+    tcase_add_test(tc, test_quantized_mlp_block_differs_from_high_precision_but_stays_close);
+    tcase_add_test(tc, test_gelu_op_is_geluf_per_element_rounded_to_the_activation_dtype);
+    tcase_add_test(tc, test_gelu_in_an_island_traces_island_and_computes_the_same_bits);
     tcase_add_test(tc, test_gdn_island_between_quantized_linears_eager_and_checkpointed);
     tcase_add_test(tc, test_gdn_without_island_rejects_the_enclosing_autocast);
     tcase_add_test(tc, test_island_runs_in_its_input_dtype);

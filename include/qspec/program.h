@@ -51,6 +51,9 @@ qs_status qs_program_checkpoint(qs_ctx *ctx, qs_program *p, int parent, int *id)
  * kind on first quantized or calibrating use and persist across runs. */
 qs_status qs_program_linear(qs_ctx *ctx, qs_program *p, int parent, const char *name,
                             const qs_tensor *w, int *id);
+/* A tanh-form GELU op (spec/recompute.md [RCP-GELU-OP]): no parameters (its grads slot stays
+ * empty), never quantized in any region; keeps the activation's shape and dtype. */
+qs_status qs_program_gelu(qs_ctx *ctx, qs_program *p, int parent, const char *name, int *id);
 /* A Gated DeltaNet op over the activation x [rows, dim] (one head, q = k = v = x, q/k
  * l2norm, dk = dv = dim): g and beta (rows FP32 values each, copied) are its gate
  * parameters; it runs in the activation dtype with an FP32 state [SCOPE-ISLAND]. */
