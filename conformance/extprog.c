@@ -84,7 +84,8 @@ static void json_statement(FILE *fp, const qskp_node *s, const qskp_variant *v)
         [QSKP_AUTOCAST] = "autocast", [QSKP_CALIBRATE] = "calibrate",
         [QSKP_ISLAND] = "island",     [QSKP_CHECKPOINT] = "checkpoint",
         [QSKP_LINEAR] = "linear",     [QSKP_GDN] = "gdn",
-        [QSKP_MLA] = "mla",           [QSKP_BACKWARD] = "backward"};
+        [QSKP_GELU] = "gelu",         [QSKP_MLA] = "mla",
+        [QSKP_BACKWARD] = "backward"};
     fprintf(fp, "{\"%s\": {", kinds[s->kind]);
     int comma = 0;
     if (s->name[0]) {

@@ -207,6 +207,7 @@ typedef struct qskp_opdef {
 static const qskp_opdef opdefs[] = {
     {"linear", QSKP_LINEAR, {"w", NULL}, NULL},
     {"gdn", QSKP_GDN, {"g", "beta", NULL}, NULL},
+    {"gelu", QSKP_GELU, {NULL}, NULL},
     {"mla", QSKP_MLA, {NULL}, NULL},
     {"sdpa", QSKP_KIND_COUNT, {NULL}, "the reference engine has no sdpa op yet"},
 };
@@ -222,6 +223,8 @@ static const char *const step_names[][2] = {
     {"linear_backward", "linear backward"},
     {"gdn_forward", "gdn forward"},
     {"gdn_backward", "gdn backward"},
+    {"gelu_forward", "gelu forward"},
+    {"gelu_backward", "gelu backward"},
     {"mla_forward", "mla forward"},
     {"mla_backward", "mla backward"},
     {"mla_linear_forward", "mla linear forward"},
@@ -691,7 +694,7 @@ static qs_status load_stmt(ploader *L, const qsk_ynode *item, qskp_node *s, int 
     if (item->n != 2)
         return PERR(L, item,
                     "a program statement is a mapping with one key (autocast, calibrate, island, "
-                    "checkpoint, linear, gdn, mla, backward)");
+                    "checkpoint, linear, gelu, gdn, mla, backward)");
     const qsk_ynode *k = item->items[0], *v = item->items[1];
     s->pos = pos_of(k);
     for (int i = 0; regions[i]; i++)
@@ -715,7 +718,7 @@ static qs_status load_stmt(ploader *L, const qsk_ynode *item, qskp_node *s, int 
         }
     return PERR(L, k,
                 "unknown program statement '%s' (autocast, calibrate, island, checkpoint, linear, "
-                "gdn, mla, backward)",
+                "gelu, gdn, mla, backward)",
                 k->text);
 }
 
@@ -819,7 +822,7 @@ const qskp_node *qskp_grad_find(const qskp_program *p, const qskp_variant *v, co
     *param = -1;
     const qskp_node *op = qskp_op_find(p, v, sel);
     if (op)
-        return op;
+        return op->kind == QSKP_GELU ? NULL : op; /* [RCP-GELU-OP]: no parameters */
     const char *dot = strrchr(sel, '.');
     char name[QS_TRACE_NAME_LEN];
     if (!dot || dot == sel || (size_t)(dot - sel) >= sizeof name)
@@ -1467,6 +1470,8 @@ static qs_status walk_op(ploader *L, const qskp_variant *v, const qskp_node *s, 
         w->dtype = QS_BF16; /* [GEMM-LIN-HP]: a linear's output is BF16 */
         return QS_OK;
     }
+    if (s->kind == QSKP_GELU) /* [RCP-GELU-OP]: elementwise, any region, shape and dtype kept */
+        return QS_OK;
     if (w->dim % s->heads != 0)
         return perr_at(L, s->pos,
                        "impossible shape: gdn '%s' has %lld heads, which do not divide its "
@@ -1721,6 +1726,7 @@ static qs_status check_variant(ploader *L, const qskp_variant *v)
                            op->name, strchr(tn, '/') + 1);
         const char *kind = op->kind == QSKP_LINEAR      ? "linear"
                            : op->kind == QSKP_GDN       ? "gdn"
+                           : op->kind == QSKP_GELU      ? "gelu"
                            : part < QS_MLA_LINEAR_COUNT ? "linear"
                                                         : "einsum";
         if (v->trace[i].kind[0] && strcmp(v->trace[i].kind, kind) != 0)

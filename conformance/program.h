@@ -27,6 +27,7 @@ typedef enum qskp_kind {
     QSKP_CHECKPOINT,
     QSKP_LINEAR,
     QSKP_GDN,
+    QSKP_GELU,
     QSKP_MLA,
     QSKP_BACKWARD,
     QSKP_KIND_COUNT
@@ -36,8 +37,8 @@ typedef enum qskp_kind {
  * names its weights in its mla block). */
 #define QSKP_MAX_OP_INPUTS 4
 
-/* Whether a statement kind is an op (linear, gdn, mla). */
-#define QSKP_IS_OP(k) ((k) == QSKP_LINEAR || (k) == QSKP_GDN || (k) == QSKP_MLA)
+/* Whether a statement kind is an op (linear, gdn, gelu, mla). */
+#define QSKP_IS_OP(k) ((k) == QSKP_LINEAR || (k) == QSKP_GDN || (k) == QSKP_GELU || (k) == QSKP_MLA)
 
 /* The most sequences of an mla op in the thd layout. */
 #define QSKP_MLA_MAX_SEQS 64

@@ -457,6 +457,15 @@ START_TEST(test_loader_rejects_bad_programs_with_file_line_col)
          "names no op of the variant"},
         {lin, "", "      o: {compare: bitwise, digest: pending}\n", "o: {compare",
          "is not a program output"},
+        /* [RCP-GELU-OP] a gelu op takes a name only and has no parameter gradient */
+        {"      - gelu: {name: act, w: w1}\n", "", y_output, "w: w1", "unknown key 'w' in gelu"},
+        {"      - gelu: {when: q}\n", "", y_output, "{when: q}", "op 'gelu' needs a 'name'"},
+        {"      - gelu: {name: act}\n      - backward: {dy: dy}\n", "",
+         "      grad.act: {compare: bitwise, digest: pending}\n", "grad.act",
+         "output 'grad.act' names no op of the variant"},
+        {"      - gelu: {name: lin1}\n"
+         "      - linear: {name: lin1, w: w1}\n",
+         "", y_output, "linear: {name: lin1", "op name 'lin1' is used twice"},
         {"      - linear: {name: lin1, w: w1}\n      - backward: {dy: g}\n", "", y_output,
          "^g: {dtype", "the output gradient 'g' must be a 2-D bf16, fp16 or fp32 input"},
     };
