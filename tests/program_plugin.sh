@@ -8,8 +8,9 @@
 # distributed ones on simulated ranks included, and passes them, traces included; every
 # other program is not supported with the slot it lacks as the reason. The copy with a
 # planted GEMM error fails every one of them whose outputs a GEMM reaches; the copy with a
-# planted one-ulp current-scaling scale_inv fails none (the ulp is below what the BF16
-# outputs resolve; the quantize cases catch it).
+# planted one-ulp current-scaling scale_inv fails only the two MLP blocks under current
+# scaling, whose 256-wide GEMMs resolve the ulp in a few BF16 outputs (elsewhere it is below
+# what the BF16 outputs resolve; the quantize cases catch it).
 set -e
 . "${QS_SRCDIR:-.}/tests/lib.sh"
 EXAMPLE="$QS_BUILDDIR/tests/.libs/libqspec-example.so"
@@ -27,7 +28,7 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ] && [ -f "$GEMM_PLANTED" ]; then
     ids pass "$QST_TMP/ex.json" >"$QST_TMP/passed"
     expect_true "it passes the high-precision nesting program" grep -qx 'nest.depth.limit' "$QST_TMP/passed"
     expect_true "no case fails" test -z "$(ids fail "$QST_TMP/ex.json")"
-    for suite in delayed distributed island mla nesting; do
+    for suite in delayed distributed island mla mlp nesting; do
         expect_true "it passes programs of scenarios-$suite.yaml" \
             test "$(grep -c "\"file\": \"[^\"]*scenarios-$suite.yaml\".*\"status\": \"pass\"" "$QST_TMP/ex.json")" -gt 0
     done
@@ -36,6 +37,8 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ] && [ -f "$GEMM_PLANTED" ]; then
         test "$(grep -Ec '^mla\.[a-z]*\.(current|delayed)\.' "$QST_TMP/passed")" = 16
     expect_true "it passes BF16 GDN islands between current and delayed linears" \
         sh -c "grep -qx island.current.bf16 '$QST_TMP/passed' && grep -qx island.delayed.fp16 '$QST_TMP/passed'"
+    expect_true "it passes MLP blocks (linear, gelu, linear) under current and delayed scaling [RCP-GELU-OP]" \
+        sh -c "grep -qx mlp.current.ckpt '$QST_TMP/passed' && grep -qx mlp.delayed.ckpt '$QST_TMP/passed' && grep -qx mlp.island.current '$QST_TMP/passed' && grep -qx mlp.inject.current '$QST_TMP/passed'"
     expect_true "it passes sequence- and tensor-parallel programs on simulated ranks" \
         sh -c "grep -qx dist.sp.current '$QST_TMP/passed' && grep -qx dist.tp.current '$QST_TMP/passed'"
     expect_true "no program lacks the sdpa slots, which the example has" test -z "$(grep 'no sdpa_fwd and sdpa_bwd slots' "$QST_TMP/ex.json")"
@@ -47,8 +50,8 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ] && [ -f "$GEMM_PLANTED" ]; then
     expect_true "it fails the distributed programs: their simulated ranks ran its kernels" \
         sh -c "grep -qx dist.sp.current '$QST_TMP/failed' && grep -qx dist.tp.current '$QST_TMP/failed'"
     expect_true "it fails only programs the example passed" test -z "$(comm -13 "$QST_TMP/passed" "$QST_TMP/failed")"
-    expect_true "... all of them but the one whose outputs are an error and a quantizer state" \
-        test "$(comm -23 "$QST_TMP/passed" "$QST_TMP/failed" | tr '\n' ' ')" = "ds.replay.outside-autocast "
+    expect_true "... all of them but the one whose outputs are an error and a quantizer state, and the gelu alone, which the engine computes without a slot" \
+        test "$(comm -23 "$QST_TMP/passed" "$QST_TMP/failed" | tr '\n' ' ')" = "ds.replay.outside-autocast mlp.gelu.specials "
     # [CASE-PROG-RANKS] a case of one variant on two simulated ranks: its outputs come from
     # the ranks alone, so the planted GEMM error reaches them only if the ranks run the plugin
     sed -n '/^  - id: dist.sp.current$/,/^    variants:$/p' "$CASES/scenarios-distributed.yaml" \
@@ -65,10 +68,13 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ] && [ -f "$GEMM_PLANTED" ]; then
         --backend "$EXAMPLE" "$QST_TMP/r2.yaml"
     expect_status "... and fails on the GEMM-planted copy: the ranks ran its kernels" 1 \
         "$QSPEC" run --quiet --backend "$GEMM_PLANTED" "$QST_TMP/r2.yaml"
-    expect_status "the current-scaling-planted copy fails nothing here" 0 "$QSPEC" run --quiet \
+    expect_status "the current-scaling-planted copy fails" 1 "$QSPEC" run --quiet \
         --backend "$PLANTED" --report-json "$QST_TMP/pl.json" "$CASES"/scenarios-*.yaml
+    expect_true "... only the MLP blocks under current scaling" \
+        test "$(ids fail "$QST_TMP/pl.json" | tr '\n' ' ')" = "mlp.current.ckpt mlp.inject.current "
     ids pass "$QST_TMP/pl.json" >"$QST_TMP/pl_passed"
-    expect_true "... and passes the same programs" cmp -s "$QST_TMP/passed" "$QST_TMP/pl_passed"
+    grep -vx 'mlp.current.ckpt\|mlp.inject.current' "$QST_TMP/passed" >"$QST_TMP/passed_less"
+    expect_true "... and passes every other program the example passes" cmp -s "$QST_TMP/passed_less" "$QST_TMP/pl_passed"
     # [CASE-OP-SDPA] [CASE-OP-GDN] single-op attention cases through the slots
     expect_status "the example runs the attention cases" 0 "$QSPEC" run --quiet \
         --backend "$EXAMPLE" --report-json "$QST_TMP/at.json" "$CASES"/attention.yaml
