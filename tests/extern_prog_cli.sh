@@ -28,7 +28,7 @@ answer() {
 }
 
 expect_status "the framework suite runs on the reference" 0 "$QSPEC" run "$FW"
-expect_out "every case of the framework suite passes on the reference" "^4 passed, 0 failed, 0 skipped$"
+expect_out "every case of the framework suite passes on the reference" "^6 passed, 0 failed, 0 skipped$"
 
 # [CASE-GEN-PROG] the manifest of a program case
 expect_status "gen writes a program case" 0 "$QSPEC" gen "$FW" --id $TW --out "$QST_TMP/t" --expected
