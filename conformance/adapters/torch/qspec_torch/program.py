@@ -1,12 +1,15 @@
 """A variant's program (spec/cases.md [CASE-GEN-PROG]) as torch modules, run forward and
 backward. The innermost region decides each linear: an enabled autocast makes it torchao's
 Float8Linear under the region's recipe, an island or a disabled (or no) region a bf16
-nn.Linear; a checkpoint is torch.utils.checkpoint with use_reentrant=False; a gdn op is
-gdn.gdn. The trace holds what the adapter observes in eager mode: each linear's and gdn's
+nn.Linear; a checkpoint is torch.utils.checkpoint with use_reentrant=False; a gelu op is
+torch.nn.functional.gelu(x, approximate="tanh") in the activation's dtype (never quantized:
+precision "island" in an island, else "high", as spec/recompute.md [RCP-GELU-OP] traces it);
+a gdn op is gdn.gdn. The trace holds what the adapter observes in eager mode: each op's
 forward (a forward during the backward is a recompute) and backward (when the gradient of
 its input is ready), with the precision and recipe its region gave it."""
 
 import torch
+import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
@@ -90,6 +93,21 @@ class GdnOp(nn.Module):
         return torch.stack([self.g.grad.reshape(-1), self.beta.grad.reshape(-1)])
 
 
+class GeluOp(nn.Module):
+    """The tanh-form GELU, elementwise, no parameters; torch computes it in FP32 from the
+    bf16 value and rounds the result to bf16, as the spec does, with its own tanh."""
+
+    def __init__(self, name, region, tracer):
+        super().__init__()
+        self.name, self.tracer = name, tracer
+        self.precision = "island" if region[0] == "island" else "high"
+
+    def forward(self, x):
+        self.tracer.forward(self.name, self.precision, None)
+        self.tracer.on_grad(x, self.name, self.precision, None)
+        return F.gelu(x, approximate="tanh")
+
+
 class Seq(nn.Module):
     def __init__(self, mods):
         super().__init__()
@@ -137,6 +155,8 @@ def _build(stmts, region, inputs, tracer, device, ops, out):
             op = LinearOp(f["name"], _input(inputs, f["w"]), region, tracer, device)
             ops[f["name"]] = op
             mods.append(op)
+        elif kind == "gelu":
+            mods.append(GeluOp(f["name"], region, tracer))  # no parameters: not in ops
         elif kind == "gdn":
             if region[0] == "quantized":
                 raise NotSupported("a gdn op inside an enabled autocast is rejected by the spec")

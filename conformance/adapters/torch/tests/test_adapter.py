@@ -134,6 +134,41 @@ class ProgramTest(unittest.TestCase):
         err = (res["v/grad.lin1"].detach().double() - want_dw.double()).norm() / want_dw.double().norm()
         self.assertLess(float(err), 2**-8)
 
+    def test_a_gelu_gives_the_tanh_form_and_its_derivative_in_bf16(self):
+        inp = self.inputs()
+        prog = [{"gelu": {"name": "act"}}, {"backward": {"dy": "dy"}}]
+        res, trace = run_variant(self.variant(prog), inp, "cpu", False)
+        x, dy = inp["x"].double(), inp["dy"].double()
+        u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+        t = torch.tanh(u)
+        want = 0.5 * x * (1 + t)
+        dwant = dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * math.sqrt(2 / math.pi)
+                      * (1 + 3 * 0.044715 * x * x))
+        for got, w in ((res["v/y"], want), (res["v/dx"], dwant)):
+            self.assertEqual(got.dtype, torch.bfloat16)
+            err = (got.detach().double() - w).abs().max() / w.abs().max()
+            self.assertLess(float(err), 2**-8)
+        self.assertEqual(set(res), {"v/y", "v/dx"})  # no parameters, no grad.act
+        got = [(r["phase"], r["op"], r["precision"], r["recipe"]) for r in trace]
+        self.assertEqual(got, [("forward", "act", "high", None), ("backward", "act", "high", None)])
+
+    def test_the_trace_of_a_checkpointed_mlp_block_recomputes_its_gelu(self):
+        prog = [
+            {"checkpoint": {"body": [
+                {"linear": {"name": "up", "w": "w1"}},
+                {"gelu": {"name": "act"}},
+                {"linear": {"name": "down", "w": "w2"}},
+            ]}},
+            {"backward": {"dy": "dy"}},
+        ]
+        res, trace = run_variant(self.variant(prog), self.inputs(), "cpu", False)
+        got = [(r["phase"], r["op"]) for r in trace]
+        want = [("forward", "up"), ("forward", "act"), ("forward", "down"),
+                ("recompute", "up"), ("recompute", "act"), ("recompute", "down"),
+                ("backward", "down"), ("backward", "act"), ("backward", "up")]
+        self.assertEqual(got, want)
+        self.assertEqual(set(res), {"v/y", "v/dx", "v/grad.up", "v/grad.down"})
+
     def test_a_calibration_region_is_refused(self):
         prog = [{"calibrate": {"recipe": None, "body": []}}]
         with self.assertRaisesRegex(NotSupported, "calibration"):
