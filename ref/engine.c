@@ -992,6 +992,37 @@ static qs_status store_like(qs_ctx *ctx, const qs_tensor *like, const float *v, 
     return s;
 }
 
+/* [RCP-TRACE] The trace record of one execution of a gdn or gelu op. */
+static qs_status op_trace(qsi_run *run, const qsi_node *n, const char *kind, qs_trace_phase phase,
+                          qs_precision prec, qs_dtype dtype)
+{
+    qs_trace_record r = {0};
+    set_name(&r, n->name, kind);
+    r.phase = phase;
+    r.precision = prec;
+    r.dtype = dtype;
+    return qs_trace_append(run->ctx, &run->res->trace, &r);
+}
+
+/* The end of a gdn or gelu forward whose work left status s and output y: its trace record,
+ * then the tape entry e saving the input, and y in place of the activation; y is freed on
+ * failure. */
+static qs_status op_fwd_done(qsi_run *run, int id, const char *kind, qs_status s, qsi_entry *e,
+                             qs_tensor *act, qs_tensor *y, qsi_tape *tape)
+{
+    if (s == QS_OK)
+        s = op_trace(run, &run->p->nodes[id], kind,
+                     run->replaying ? QS_PHASE_RECOMPUTE : QS_PHASE_FORWARD, e->prec, act->dtype);
+    if (s != QS_OK) {
+        qs_tensor_free(y);
+        return s;
+    }
+    e->node = id;
+    e->x = *act;
+    *act = *y;
+    return tape_push(run->ctx, tape, e);
+}
+
 /* [SCOPE-ISLAND]: in an island the op runs in the island's input dtype with FP32 gate and
  * state; outside any region it runs high precision; elsewhere it rejects. */
 static qs_status gdn_decide(qsi_run *run, const qsi_node *n, const qs_tensor *x, qs_precision *p)
@@ -1028,21 +1059,7 @@ static qs_status gdn_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
         s = store_like(ctx, act, o, &y);
     free(o);
     qsi_input_free(&in);
-    qs_trace_record r = {0};
-    set_name(&r, n->name, "gdn");
-    r.phase = run->replaying ? QS_PHASE_RECOMPUTE : QS_PHASE_FORWARD;
-    r.precision = e.prec;
-    r.dtype = act->dtype;
-    if (s == QS_OK)
-        s = qs_trace_append(ctx, &run->res->trace, &r);
-    if (s != QS_OK) {
-        qs_tensor_free(&y);
-        return s;
-    }
-    e.node = id;
-    e.x = *act;
-    *act = y;
-    return tape_push(ctx, tape, &e);
+    return op_fwd_done(run, id, "gdn", s, &e, act, &y, tape);
 }
 
 /* ------------------------------------------------------------ gelu */
@@ -1052,16 +1069,6 @@ static qs_status gdn_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
 static qs_precision gelu_precision(const qs_ctx *ctx)
 {
     return ctx->scope.island ? QS_PREC_ISLAND : QS_PREC_HIGH;
-}
-
-static void gelu_record(const qsi_node *n, qs_trace_phase phase, qs_precision prec, qs_dtype dtype,
-                        qs_trace_record *r)
-{
-    memset(r, 0, sizeof *r);
-    set_name(r, n->name, "gelu");
-    r->phase = phase;
-    r->precision = prec;
-    r->dtype = dtype;
 }
 
 /* y = qs_geluf(x) per element from the FP32 value of x, rounded to x's dtype (RNE)
@@ -1088,18 +1095,7 @@ static qs_status gelu_fwd(qsi_run *run, int id, qs_tensor *act, qsi_tape *tape)
     free(o);
     qsi_input_free(&in);
     e.prec = gelu_precision(ctx);
-    qs_trace_record r;
-    gelu_record(n, run->replaying ? QS_PHASE_RECOMPUTE : QS_PHASE_FORWARD, e.prec, act->dtype, &r);
-    if (s == QS_OK)
-        s = qs_trace_append(ctx, &run->res->trace, &r);
-    if (s != QS_OK) {
-        qs_tensor_free(&y);
-        return s;
-    }
-    e.node = id;
-    e.x = *act;
-    *act = y;
-    return tape_push(ctx, tape, &e);
+    return op_fwd_done(run, id, "gelu", s, &e, act, &y, tape);
 }
 
 /* ------------------------------------------------------------ regions */
@@ -1309,13 +1305,8 @@ static qs_status gdn_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
         s = gdn_bwd_values(run, n, &gp, in.x, gi.x, buf, dgb.data);
     if (s == QS_OK)
         s = store_like(ctx, &e->x, buf, &dx);
-    qs_trace_record r = {0};
-    set_name(&r, n->name, "gdn");
-    r.phase = QS_PHASE_BACKWARD;
-    r.precision = e->prec;
-    r.dtype = e->x.dtype;
     if (s == QS_OK)
-        s = qs_trace_append(ctx, &run->res->trace, &r);
+        s = op_trace(run, n, "gdn", QS_PHASE_BACKWARD, e->prec, e->x.dtype);
     free(buf);
     qsi_input_free(&in);
     qsi_input_free(&gi);
@@ -1352,10 +1343,8 @@ static qs_status gelu_bwd(qsi_run *run, qsi_entry *e, qs_tensor *grad)
         buf[i] = gi.x[i] * qs_gelu_gradf(in.x[i]);
     if (s == QS_OK)
         s = store_like(ctx, &e->x, buf, &dx);
-    qs_trace_record r;
-    gelu_record(n, QS_PHASE_BACKWARD, e->prec, e->x.dtype, &r);
     if (s == QS_OK)
-        s = qs_trace_append(ctx, &run->res->trace, &r);
+        s = op_trace(run, n, "gelu", QS_PHASE_BACKWARD, e->prec, e->x.dtype);
     free(buf);
     qsi_input_free(&in);
     qsi_input_free(&gi);

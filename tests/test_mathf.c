@@ -692,20 +692,29 @@ START_TEST(test_siluf_follows_its_definition_and_is_within_2_ulp)
 }
 END_TEST
 
-/* [MATH-GELU] written out from spec/mathf.md, step by step, with its hex constants. */
-static float gelu_by_definition(float x)
+/* The first steps of [MATH-GELU] and [MATH-GELU-GRAD] written out from spec/mathf.md, with
+ * its hex constants: e = e^(-2|u|), u = k (x + c x^3), d = 1 + e; returns x^2. */
+static float gelu_steps_by_definition(float x, float *e, float *d)
 {
-    if (x == -HUGE_VALF) {
-        return -0.0f;
-    }
     float x2 = x * x;
     float x3 = x2 * x;
     float p = 0x1.6e4e26p-5f * x3;
     float s = x + p;
     float u = 0x1.988454p-1f * s;
     float m = -2.0f * fabsf(u);
-    float e = qs_expf(m);
-    float d = 1.0f + e;
+    *e = qs_expf(m);
+    *d = 1.0f + *e;
+    return x2;
+}
+
+/* [MATH-GELU] written out from spec/mathf.md, step by step, with its hex constants. */
+static float gelu_by_definition(float x)
+{
+    if (x == -HUGE_VALF) {
+        return -0.0f;
+    }
+    float e, d;
+    (void)gelu_steps_by_definition(x, &e, &d);
     if (x < 0.0f) {
         float n = x * e;
         return n / d;
@@ -716,14 +725,8 @@ static float gelu_by_definition(float x)
 /* [MATH-GELU-GRAD] written out from spec/mathf.md the same way. */
 static float gelu_grad_by_definition(float x)
 {
-    float x2 = x * x;
-    float x3 = x2 * x;
-    float p = 0x1.6e4e26p-5f * x3;
-    float s = x + p;
-    float u = 0x1.988454p-1f * s;
-    float m = -2.0f * fabsf(u);
-    float e = qs_expf(m);
-    float d = 1.0f + e;
+    float e, d;
+    float x2 = gelu_steps_by_definition(x, &e, &d);
     float r = 1.0f / d, q = e / d;
     float sg = x < 0.0f ? q : r;
     float a = r * q;
