@@ -14,12 +14,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 flag=
 [ "$MODE" = compiled ] && flag=--compile
-mkdir -p "$OUT/work"
+mkdir -p "$OUT/answers"
 ids="$*"
 [ -n "$ids" ] || ids=$(sed -n 's/^  - id: \([^ ]*\)$/\1/p' "$SUITE")
 works=
 for id in $ids; do
-    work="$OUT/work/$id.$MODE"
+    work="$OUT/answers/$id.$MODE"
     rm -rf "$work"
     "$QSPEC" gen "$SUITE" --id "$id" --out "$work" >"$OUT/$id.$MODE.log" 2>&1 &&
         works="$works $work"
@@ -31,7 +31,7 @@ echo "adapter ($MODE, $(echo $ids | wc -w) cases): exit $?, $(($(date +%s) - sta
 status=0
 for id in $ids; do
     log="$OUT/$id.$MODE.log"
-    "$QSPEC" verify "$SUITE" --id "$id" --results "$OUT/work/$id.$MODE" >>"$log" 2>&1
+    "$QSPEC" verify "$SUITE" --id "$id" --results "$OUT/answers/$id.$MODE" >>"$log" 2>&1
     rc=$?
     case $rc in
     0) word=PASS ;;
