@@ -247,5 +247,10 @@ const char *qsk_program_framework_why(const qskp_variant *v);
  * (every op of the variant, in build order) and "V/trace" (JSON lines, u8). */
 qs_status qsk_program_framework_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
                                     struct qsk_results *out);
+/* [CASE-VERIFY-SELF] The same outputs by name, dtype and shape only (no data: each tensor's
+ * data is NULL), derived from the program and the inputs c declares without running it;
+ * "V/trace" is listed with no elements. The layouts are those qsk_program_framework_ref
+ * gives. */
+qs_status qsk_program_framework_layouts(qs_ctx *ctx, const qsk_case *c, struct qsk_results *out);
 
 #endif
