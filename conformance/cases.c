@@ -598,6 +598,7 @@ static qs_status load_tier(loader *L, const qsk_ynode *n, qsk_case *c)
         st = want_kind(L, r, QSK_Y_SCALAR, "'reference'");
     if (st != QS_OK || !r)
         return st;
+    c->ref_pos = (qsk_pos){r->line, r->col};
     if (strcmp(r->text, "none") == 0)
         c->self_only = 1;
     else if (strcmp(r->text, "compare") != 0)

@@ -90,6 +90,7 @@ typedef struct qsk_case {
     struct qskp_program *program; /* op: program only [CASE-PROG] */
     qsk_tier tier;                /* [CASE-TIER] */
     int self_only;                /* reference: none: compared with no reference [CASE-TIER-SELF] */
+    qsk_pos ref_pos;              /* where `reference` is (0:0 when absent) */
 } qsk_case;
 
 typedef struct qsk_case_file {

@@ -3,7 +3,9 @@
  * as .npy files and a manifest naming the outputs to produce (name, dtype, shape,
  * comparison); the framework writes those outputs as .npy files into a folder; verify
  * checks that folder and compares each output with the reference's, as `qspec run`
- * compares a plugin's. */
+ * compares a plugin's. A program case with `reference: none` runs no reference in either:
+ * gen derives the outputs' layouts from the program and verify checks the variants against
+ * each other only ([CASE-VERIFY-SELF]). */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
@@ -108,7 +110,8 @@ static int load_case(qs_ctx *ctx, const char *cmd, const gen_args *a, qsk_suite 
     return 0;
 }
 
-/* Generates the inputs and computes the reference's outputs. */
+/* Generates the inputs and computes the reference's outputs (none for a case with
+ * `reference: none`, [CASE-VERIFY-SELF]). */
 static qs_status compute(qs_ctx *ctx, const qsk_case *c, qs_tensor *inputs, size_t *nin,
                          qsk_results *ref)
 {
@@ -116,7 +119,7 @@ static qs_status compute(qs_ctx *ctx, const qsk_case *c, qs_tensor *inputs, size
     memset(ref, 0, sizeof *ref);
     for (*nin = 0; *nin < c->ninputs && *nin < MAX_INPUTS && st == QS_OK; (*nin)++)
         st = qsk_input_generate(ctx, &c->inputs[*nin], &inputs[*nin]);
-    if (st == QS_OK)
+    if (st == QS_OK && !c->self_only)
         st = qsk_op_find(c->op)->run_ref(ctx, c, inputs, ref);
     return st;
 }
@@ -127,12 +130,16 @@ static int is_program(const qsk_case *c)
 }
 
 /* [CASE-GEN-PROG] The outputs a framework writes for a program case: every variant's, with
- * the reference's values. */
+ * the reference's values; for a case with `reference: none` their layouts only, derived
+ * from the program without running it [CASE-VERIFY-SELF]. */
 static qs_status compute_framework(qs_ctx *ctx, const qsk_case *c, const qs_tensor *inputs,
                                    qsk_results *fw)
 {
     memset(fw, 0, sizeof *fw);
-    return is_program(c) ? qsk_program_framework_ref(ctx, c, inputs, fw) : QS_OK;
+    if (!is_program(c))
+        return QS_OK;
+    return c->self_only ? qsk_program_framework_layouts(ctx, c, fw)
+                        : qsk_program_framework_ref(ctx, c, inputs, fw);
 }
 
 static void free_inputs(qs_tensor *inputs, size_t nin)
@@ -455,6 +462,11 @@ static int gen_run(int argc, char **argv)
     qsk_results ref = {0}, fw = {0};
     qsk_outdir o = {NULL, NULL};
     rc = load_case(ctx, "gen", &a, &s, &c);
+    if (rc == 0 && c->self_only && a.expected) /* [CASE-VERIFY-SELF] */
+        rc = qsk_usage_error("gen",
+                             "%s:%d:%d: case %s says 'reference: none': there are no reference "
+                             "outputs for --expected to write",
+                             c->file, c->ref_pos.line, c->ref_pos.col, c->id);
     if (rc == 0 && (compute(ctx, c, inputs, &nin, &ref) != QS_OK ||
                     compute_framework(ctx, c, inputs, &fw) != QS_OK))
         rc = qsk_usage_error("gen", "case %s: the reference failed: %s", c->id, qs_ctx_errmsg(ctx));
@@ -470,6 +482,10 @@ static int gen_run(int argc, char **argv)
         for (size_t i = 0; i < fw.n; i++) /* a program's: per variant, trace optional */
             printf(strstr(fw.names[i], "/trace") ? " [%s.jsonl]" : " %s.npy", fw.names[i]);
         printf("\n");
+        if (c->self_only)
+            printf("no reference run: case %s says 'reference: none' (%s:%d); verify will "
+                   "check its variants against each other only\n",
+                   c->id, c->file, c->ref_pos.line);
     }
     qsk_outdir_abort(&o);
     qsk_results_free(&fw);
@@ -490,7 +506,9 @@ const qsk_command qsk_cmd_gen = {
     "descr, shape, comparison). With --expected, also writes the reference's outputs into\n"
     "DIR/expected/ (for debugging; 'qspec verify' never reads them). Compute the outputs,\n"
     "write each as OUTPUT.npy into a folder (DIR itself will do) and check them with\n"
-    "'qspec verify CASE-FILE --id ID --results FOLDER'.\n\n"
+    "'qspec verify CASE-FILE --id ID --results FOLDER'. A program case with 'reference:\n"
+    "none' runs no reference: the manifest says \"reference\": \"none\", and --expected is\n"
+    "an error.\n\n"
     "Exit status: 0 written, 2 bad usage, an unknown id or a case file that does not load.\n",
     gen_run};
 
@@ -641,12 +659,30 @@ static int verify_program(qs_ctx *ctx, const gen_args *a, const qsk_case *c,
     return rc;
 }
 
+/* [CASE-VERIFY-SELF] A program case with `reference: none`: no reference run and no input
+ * generated; what the framework wrote is read by the layouts the program gives and checked
+ * by the variants' comparisons with each other and the case's traces. */
+static int verify_self(qs_ctx *ctx, const gen_args *a, const qsk_case *c)
+{
+    qsk_results lay;
+    int rc;
+    memset(&lay, 0, sizeof lay);
+    if (qsk_program_framework_layouts(ctx, c, &lay) != QS_OK)
+        rc = qsk_usage_error("verify", "case %s: %s", c->id, qs_ctx_errmsg(ctx));
+    else
+        rc = qskx_verify(ctx, c, a->dir, &lay);
+    qsk_results_free(&lay);
+    return rc;
+}
+
 static int verify_checked(qs_ctx *ctx, const gen_args *a, const qsk_case *c)
 {
     qs_tensor inputs[MAX_INPUTS];
     size_t nin = 0;
     qsk_results ref, got = {0};
     int rc = 0;
+    if (is_program(c) && c->self_only)
+        return verify_self(ctx, a, c);
     if (compute(ctx, c, inputs, &nin, &ref) != QS_OK)
         rc = qsk_usage_error("verify", "case %s: the reference failed: %s", c->id,
                              qs_ctx_errmsg(ctx));
@@ -717,7 +753,9 @@ const qsk_command qsk_cmd_verify = {
     "'qspec run' compares a plugin's: the reference is checked against the golden digests,\n"
     "then each output is compared as the case says. DIR may also hold the files gen wrote\n"
     "(manifest.json, the inputs, expected/); any other entry, a missing output, or an output\n"
-    "whose file cannot be read or has the wrong dtype or shape is an error.\n\n"
+    "whose file cannot be read or has the wrong dtype or shape is an error. A program case\n"
+    "with 'reference: none' runs no reference: its variants are checked against each other\n"
+    "and the case's traces only, and a line 'no reference comparison: ...' says so.\n\n"
     "Each mismatch prints a FAIL line as 'qspec run' does, then a PASS or FAIL summary.\n"
     "Exit status: 0 every output agrees, 1 some output disagrees, 2 bad usage or a\n"
     "missing, extra, unreadable, mis-typed or mis-shaped file.\n",

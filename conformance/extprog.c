@@ -4,7 +4,10 @@
  * role's configuration, the outputs to write (V/y, V/dx, V/grad.OP) with dtype and shape,
  * the optional trace file and its observable fields, and the checks between variants.
  * verify reads what the framework wrote and checks its variants against each other, each
- * output against the reference's run of the same variant, and the trace records it wrote. */
+ * output against the reference's run of the same variant, and the trace records it wrote.
+ * A case with `reference: none` has no reference run [CASE-VERIFY-SELF]: verify checks the
+ * variants against each other and each trace against the one the case states, and says that
+ * no reference comparison was made. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <dirent.h>
@@ -228,15 +231,20 @@ static void json_variant(FILE *fp, const qsk_case *c, const qskp_variant *v, con
 void qskx_manifest(FILE *fp, const qsk_case *c, const qsk_results *ref)
 {
     const qskp_program *p = c->program;
+    /* [CASE-VERIFY-SELF] whether verify compares with a reference run */
+    fprintf(fp, ",\n  \"reference\": \"%s\"", c->self_only ? "none" : "compare");
     fputs(",\n  \"variants\": [\n", fp);
     for (size_t i = 0; i < p->nvariants; i++) {
         json_variant(fp, c, &p->variants[i], ref);
         fputs(i + 1 < p->nvariants ? ",\n" : "\n", fp);
     }
-    fprintf(fp,
-            "  ],\n  \"framework\": {\"not_supported\": \"%s\", \"describe\": \"%s\", "
-            "\"reference\": {\"normwise\": %.9g, \"bitwise_if_claim\": \"reference\"}}",
-            QSKX_NOT_SUPPORTED, QSKX_FRAMEWORK, QSKX_NORMWISE);
+    fprintf(fp, "  ],\n  \"framework\": {\"not_supported\": \"%s\", \"describe\": \"%s\", ",
+            QSKX_NOT_SUPPORTED, QSKX_FRAMEWORK);
+    if (c->self_only) /* no reference run: no bound against it */
+        fputs("\"reference\": null}", fp);
+    else
+        fprintf(fp, "\"reference\": {\"normwise\": %.9g, \"bitwise_if_claim\": \"reference\"}}",
+                QSKX_NORMWISE);
 }
 
 /* ------------------------------------------------------------ the results folder */
@@ -258,7 +266,7 @@ int qskx_entry_ok(const qsk_case *c, const char *name)
 typedef struct xrun {
     const qsk_case *c;
     const char *dir;
-    const qsk_results *ref;
+    const qsk_results *ref; /* the reference's outputs; only layouts for reference: none */
     qsk_results got;
     char *trace_text[64]; /* per variant: the framework's trace.jsonl, or NULL */
     int bitwise;          /* the framework claims the reference's arithmetic */
@@ -269,6 +277,16 @@ static int file_exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* A shape as the manifest writes it: "[2, 3]". */
+static void shape_text(const qs_tensor *t, char *buf, size_t cap)
+{
+    size_t at = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < t->ndim && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (at < cap)
+        snprintf(buf + at, cap - at, "]");
 }
 
 /* The folder may hold only the entries qskx_entry_ok allows and, inside a variant's folder,
@@ -290,10 +308,14 @@ static int read_outputs(qs_ctx *ctx, xrun *x)
         if (qsk_npy_read(ctx, path, &t) != QS_OK)
             return qsk_usage_error("verify", "%s", qs_ctx_errmsg(ctx));
         if (!qs_tensor_same_layout(&t, e)) {
+            char have[160], want[160];
+            shape_text(&t, have, sizeof have);
+            shape_text(e, want, sizeof want);
+            int rc = qsk_usage_error("verify", "%s: %s %s, but output %s of case %s is %s %s", path,
+                                     qs_dtype_name(t.dtype), have, name, x->c->id,
+                                     qs_dtype_name(e->dtype), want);
             qs_tensor_free(&t);
-            return qsk_usage_error(
-                "verify", "%s: dtype %s or shape differs from output %s of case %s (%s, %d-D)",
-                path, qs_dtype_name(t.dtype), name, x->c->id, qs_dtype_name(e->dtype), e->ndim);
+            return rc;
         }
         if (qsk_results_add(ctx, &x->got, name, &t) != QS_OK)
             return qsk_usage_error("verify", "%s", qs_ctx_errmsg(ctx));
@@ -401,15 +423,15 @@ static const char *field_text(const qsk_ynode *rec, const char *key)
     return v && v->kind == QSK_Y_SCALAR ? v->text : "(absent)";
 }
 
-/* Compares trace text a (label la) with b on the observable fields; writes the first
- * difference into why. Returns 1 when they agree. */
-static int traces_agree(qs_ctx *ctx, const char *a, const char *b, const char *path, char *why,
-                        size_t cap)
+/* Compares trace text a (read from path) with b (named lb) on the observable fields;
+ * writes the first difference into why. Returns 1 when they agree. */
+static int traces_agree(qs_ctx *ctx, const char *a, const char *b, const char *path, const char *lb,
+                        char *why, size_t cap)
 {
     size_t na, nb;
     qsk_ynode **ra = parse_trace(ctx, path, a, &na, why, cap);
     int ok = ra && !why[0];
-    qsk_ynode **rb = ok ? parse_trace(ctx, "the reference's trace", b, &nb, why, cap) : NULL;
+    qsk_ynode **rb = ok ? parse_trace(ctx, lb, b, &nb, why, cap) : NULL;
     ok = ok && rb && !why[0];
     for (size_t i = 0; ok && i < na && i < nb; i++)
         for (int f = 0; ok && trace_fields[f]; f++) {
@@ -467,7 +489,8 @@ static void check_one(qs_ctx *ctx, xrun *x, qsk_case_result *r, const qskp_varia
             return;
         }
         x->checks++;
-        if (!traces_agree(ctx, ta, tb, "the framework's trace", why, sizeof why))
+        if (!traces_agree(ctx, ta, tb, "the framework's trace", "the framework's trace", why,
+                          sizeof why))
             qsk_result_fail(r, "variant=%s same_as=%s output=trace: %s (case line %d)", a->name,
                             b->name, why, c->pos.line);
         return;
@@ -588,9 +611,66 @@ static void check_traces(qs_ctx *ctx, xrun *x, qsk_case_result *r)
         memcpy(text, t->data, t->nbytes);
         text[t->nbytes] = '\0';
         x->checks++;
-        if (!traces_agree(ctx, x->trace_text[v], text, path, why, sizeof why))
+        if (!traces_agree(ctx, x->trace_text[v], text, path, "the reference's trace", why,
+                          sizeof why))
             qsk_result_fail(r, "variant=%s output=trace differs from the reference's: %s",
                             p->variants[v].name, why);
+        free(text);
+    }
+}
+
+/* [CASE-VERIFY-SELF] The trace variant v states for its last step ([CASE-PROG-TRACE]) as
+ * JSON lines ([RCP-TRACE-JSONL]; the fields a framework cannot observe at their defaults),
+ * or NULL when it states none for that step (or on failure, with the error in ctx). */
+static char *stated_trace(qs_ctx *ctx, const qskp_variant *v)
+{
+    if (!v->has_trace || (v->trace_step ? v->trace_step : v->steps) != v->steps)
+        return NULL;
+    qs_trace t = {0};
+    qs_status st = QS_OK;
+    for (size_t i = 0; i < v->ntrace && st == QS_OK; i++) {
+        const qskp_trace_exp *e = &v->trace[i];
+        qs_trace_record rec;
+        memset(&rec, 0, sizeof rec);
+        rec.phase = e->phase;
+        snprintf(rec.op, sizeof rec.op, "%s", e->op);
+        snprintf(rec.kind, sizeof rec.kind, "%s", e->kind);
+        rec.precision = e->precision;
+        rec.has_recipe = e->has_recipe;
+        rec.recipe = e->recipe;
+        rec.first_module = e->first_module;
+        rec.dtype = e->dtype_given ? e->dtype : QS_BF16;
+        st = qs_trace_append(ctx, &t, &rec);
+    }
+    char *text = NULL;
+    if (st == QS_OK && qs_trace_to_jsonl(ctx, &t, &text, NULL) != QS_OK)
+        text = NULL;
+    qs_trace_free(&t);
+    return text;
+}
+
+/* [CASE-VERIFY-SELF] Each trace the framework wrote, record by record on the observable
+ * fields, against the trace its variant states in the case; a stated trace the framework
+ * did not write is counted as not observable. */
+static void check_stated_traces(qs_ctx *ctx, xrun *x, qsk_case_result *r)
+{
+    const qskp_program *p = x->c->program;
+    for (size_t v = 0; v < p->nvariants && v < 64; v++) {
+        const qskp_variant *var = &p->variants[v];
+        char *text = framework_variant(x->c, var->name) ? stated_trace(ctx, var) : NULL;
+        char path[4096], why[512];
+        if (!text)
+            continue;
+        snprintf(path, sizeof path, "%s/%s/trace.jsonl", x->dir, var->name);
+        if (!x->trace_text[v]) {
+            x->skipped++;
+        } else {
+            x->checks++;
+            if (!traces_agree(ctx, x->trace_text[v], text, path, "the case's trace", why,
+                              sizeof why))
+                qsk_result_fail(r, "variant=%s output=trace differs from the case's: %s", var->name,
+                                why);
+        }
         free(text);
     }
 }
@@ -659,12 +739,24 @@ int qskx_verify(qs_ctx *ctx, const qsk_case *c, const char *dir, const qsk_resul
             for (size_t k = 0; framework_variant(c, p->variants[v].name) && k < p->variants[v].ncmp;
                  k++)
                 check_cmp(ctx, &x, &r, &p->variants[v], &p->variants[v].cmp[k]);
-        check_against_ref(&x, &r);
-        check_traces(ctx, &x, &r);
+        if (c->self_only) { /* [CASE-VERIFY-SELF] */
+            check_stated_traces(ctx, &x, &r);
+        } else {
+            check_against_ref(&x, &r);
+            check_traces(ctx, &x, &r);
+        }
         qsk_result_finish(&r);
         if (r.out)
             fputs(r.out, stdout);
-        if (r.kind == QSK_RES_PASS)
+        if (c->self_only)
+            printf("no reference comparison: case %s says 'reference: none' (%s:%d); its %zu "
+                   "outputs were checked against each other and the case's traces only\n",
+                   c->id, c->file, c->ref_pos.line, x.got.n);
+        if (r.kind == QSK_RES_PASS && c->self_only)
+            printf("PASS %s%s: %d checks hold (self-consistency only, no reference), %d not "
+                   "observable\n",
+                   c->id, label, x.checks, x.skipped);
+        else if (r.kind == QSK_RES_PASS)
             printf("PASS %s%s: %d checks hold (%zu outputs against the reference, "
                    "%s), %d not observable\n",
                    c->id, label, x.checks, x.got.n,
