@@ -539,10 +539,22 @@ static int output_file(const qsk_case *c, const char *name)
     return 0;
 }
 
+/* What the results folder of c holds: its outputs; for a program case, a folder per variant
+ * a framework runs ([CASE-GEN-PROG]). */
 static void output_names(const qsk_case *c, char *buf, size_t cap)
 {
     size_t at = 0;
     buf[0] = '\0';
+    if (is_program(c)) {
+        const qskp_program *p = c->program;
+        at = (size_t)snprintf(buf, cap, "a folder per variant,");
+        for (size_t v = 0; v < p->nvariants && at < cap; v++)
+            if (!qsk_program_framework_why(&p->variants[v]))
+                at += (size_t)snprintf(buf + at, cap - at, " %s/", p->variants[v].name);
+        if (at < cap)
+            snprintf(buf + at, cap - at, ", and %s or %s", QSKX_FRAMEWORK, QSKX_NOT_SUPPORTED);
+        return;
+    }
     for (size_t i = 0; i < c->noutputs && at < cap; i++)
         at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", c->outputs[i].name);
 }
