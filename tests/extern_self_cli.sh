@@ -7,9 +7,13 @@
 # reference comparison was made, passes a self-consistent answer set and fails one whose
 # checkpointed run differs from the eager one in one bit [RCP-REPLAY-BITWISE]. A small case
 # is answered with the reference's own outputs (those of its twin with `reference: compare`,
-# from gen --expected: torch is not needed).
+# from gen --expected: torch is not needed); the production-size MLP cases of
+# conformance/framework/large/ are answered with files of their shapes built from gen's
+# inputs, which verify checks in seconds where the reference would take hours.
 set -e
 . "${QS_SRCDIR:-.}/tests/lib.sh"
+LARGE="$QS_SRCDIR/conformance/framework/large/torch-mlp.yaml"
+BIG=fw.large.mlp.rowwise_with_gw_hp
 
 # data_offset FILE: where the data of a .npy file start (10 + the v1.0 header length)
 data_offset() {
@@ -190,4 +194,45 @@ expect_usage "gen of a default-tier case with reference: none" "$QSPEC" gen "$QS
 expect_err "at the reference key" "^qspec gen: $QST_TMP/bad.yaml:5:16: 'reference: none' belongs to a case of tier large"
 expect_true "no folder was written" test ! -e "$QST_TMP/gb"
 
+# [CASE-TIER] [CASE-VERIFY-SELF] the production-size framework cases: they load as the large
+# tier only, gen writes their inputs without a reference run, and verify judges answers of
+# their sizes without one
+expect_status "the large framework suite loads" 0 "$QSPEC" list --tier large "$LARGE"
+expect_true "it holds an MLP case per torchao recipe" test "$(tr '\n' ' ' <"$QST_TMP/out")" = "fw.large.mlp.tensorwise (tier large) fw.large.mlp.rowwise (tier large) fw.large.mlp.rowwise_with_gw_hp (tier large) "
+expect_status "a default list of it" 0 "$QSPEC" list "$LARGE"
+expect_true "a default list shows none of them" test ! -s "$QST_TMP/out"
+expect_usage "a default run of it selects nothing" "$QSPEC" run --quiet "$LARGE"
+expect_err "and says so" "nothing to run: no case was selected"
+expect_status "gen writes the production-size case" 0 "$QSPEC" gen "$LARGE" --id $BIG --out "$QST_TMP/L"
+expect_out "gen says no reference ran" "^no reference run: case $BIG says 'reference: none'"
+M="$QST_TMP/L/manifest.json"
+expect_true "4096 tokens of hidden 2048" grep -qF '{"name": "x", "file": "x.npy", "dtype": "bf16", "npy_descr": "[('"'"'bfloat16'"'"', '"'"'<u2'"'"')]", "shape": [4096, 2048]}' "$M"
+expect_true "the checkpointed y is [4096, 2048]" grep -qF '{"name": "ckpt/y", "file": "ckpt/y.npy", "dtype": "bf16", "npy_descr": "[('"'"'bfloat16'"'"', '"'"'<u2'"'"')]", "shape": [4096, 2048]}' "$M"
+expect_true "up is 2048 -> 8192" grep -qF '"name": "eager/grad.up", "file": "eager/grad.up.npy", "dtype": "bf16", "npy_descr": "[('"'"'bfloat16'"'"', '"'"'<u2'"'"')]", "shape": [8192, 2048]}' "$M"
+expect_true "the checkpoint holds both linears and the gelu" grep -qF '"body": [{"checkpoint": {"body": [{"linear": {"name": "up", "w": "w_up"}}, {"gelu": {"name": "act"}}, {"linear": {"name": "down", "w": "w_down"}}]}}]' "$M"
+expect_true "under torchao's rowwise_with_gw_hp" grep -qF '"recipe": {"name": "rowwise_with_gw_hp", "x": {"format": "e4m3", "eps": 0, "pow2": true}' "$M"
+expect_true "the manifest says reference: none" grep -qF '  "reference": "none",' "$M"
+expect_true "gen wrote no expected folder" test ! -e "$QST_TMP/L/expected"
+# answers of the production sizes, from gen's own inputs (hard links: nothing is copied):
+# eager and ckpt the same files; hp one bit off eager in y and dx (close, different)
+for v in eager ckpt hp; do
+    mkdir "$QST_TMP/L/$v"
+    ln "$QST_TMP/L/x.npy" "$QST_TMP/L/$v/y.npy"
+    ln "$QST_TMP/L/dy.npy" "$QST_TMP/L/$v/dx.npy"
+    ln "$QST_TMP/L/w_up.npy" "$QST_TMP/L/$v/grad.up.npy"
+    ln "$QST_TMP/L/w_down.npy" "$QST_TMP/L/$v/grad.down.npy"
+done
+for o in y dx; do
+    f="$QST_TMP/L/hp/$o.npy"
+    cp "$f" "$f.new" && mv "$f.new" "$f"
+    flip "$f" $(($(data_offset "$f") + 4097)) 1
+done
+expect_status "verify judges production-size answers with no reference run" 0 "$QSPEC" verify "$LARGE" --id $BIG --results "$QST_TMP/L"
+expect_out "it says so" "^no reference comparison: case $BIG says 'reference: none' \(.*torch-mlp.yaml:[0-9]+\); its 12 outputs were checked against each other and the case's traces only$"
+expect_out "every check between variants holds" "^PASS $BIG: 10 checks hold \(self-consistency only, no reference\), 1 not observable$"
+f="$QST_TMP/L/ckpt/y.npy"
+cp "$f" "$f.new" && mv "$f.new" "$f"
+flip "$f" $(($(data_offset "$f") + 2 * 8388607)) 128
+expect_status "the checkpointed y one bit off the eager one fails" 1 "$QSPEC" verify "$LARGE" --id $BIG --results "$QST_TMP/L"
+expect_out "the failure names the last element" "^FAIL $BIG seed=31020 variant=ckpt same_as=eager output=y differs: index=8388607 .* mismatches=1/8388608 \[RCP-REPLAY-BITWISE\]"
 qst_done

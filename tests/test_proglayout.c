@@ -1,7 +1,8 @@
 /* test_proglayout.c: the layouts of a program's framework outputs derived without running it
  * (spec/cases.md [CASE-VERIFY-SELF], conformance/proglayout.c) — the names, dtypes and
  * shapes the reference's run gives on every default-tier program case of the shipped suites,
- * and on a program written here, values typed in by hand. */
+ * and on a program written here, values typed in by hand; the production-size framework
+ * cases, which no test runs on the reference, get the layouts their sizes make. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +168,51 @@ START_TEST(test_layouts_follow_the_program_by_hand)
 }
 END_TEST
 
+/* The production-size MLP blocks of the framework suite [CASE-VERIFY-SELF]: 4096 tokens,
+ * 2048 -> 8192 -> 2048; y and dx [4096, 2048] BF16, grad.up [8192, 2048], grad.down
+ * [2048, 8192] for each of eager, ckpt and hp. */
+START_TEST(test_layouts_of_the_large_framework_cases_are_their_sizes)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/conformance/framework/large", QS_TEST_SRCDIR);
+    char *paths[1] = {path};
+    qs_ctx *ctx = qs_ctx_new();
+    qsk_suite s;
+    ck_assert_int_eq(qsk_suite_load(ctx, 1, paths, &s), QS_OK);
+    ck_assert_msg(s.nerrors == 0, "%s", s.nerrors ? s.errors[0] : "");
+    int n = 0;
+    for (size_t f = 0; f < s.nfiles; f++)
+        for (size_t k = 0; k < s.files[f].ncases; k++) {
+            const qsk_case *c = &s.files[f].cases[k];
+            if (strncmp(c->id, "fw.large.mlp.", 13) != 0)
+                continue;
+            ck_assert_int_eq(c->self_only, 1);
+            ck_assert_int_eq(c->tier, QSK_TIER_LARGE);
+            qsk_results lay;
+            memset(&lay, 0, sizeof lay);
+            ck_assert_int_eq(qsk_program_framework_layouts(ctx, c, &lay), QS_OK);
+            ck_assert_uint_eq(lay.n, 3 * 5);
+            static const char *const vs[] = {"eager", "ckpt", "hp"};
+            for (int v = 0; v < 3; v++) {
+                char name[64];
+                snprintf(name, sizeof name, "%s/y", vs[v]);
+                expect_layout(&lay, 5 * v, name, QS_BF16, 2, 4096, 2048);
+                snprintf(name, sizeof name, "%s/dx", vs[v]);
+                expect_layout(&lay, 5 * v + 1, name, QS_BF16, 2, 4096, 2048);
+                snprintf(name, sizeof name, "%s/grad.up", vs[v]);
+                expect_layout(&lay, 5 * v + 3, name, QS_BF16, 2, 8192, 2048);
+                snprintf(name, sizeof name, "%s/grad.down", vs[v]);
+                expect_layout(&lay, 5 * v + 4, name, QS_BF16, 2, 2048, 8192);
+            }
+            qsk_results_free(&lay);
+            n++;
+        }
+    ck_assert_int_eq(n, 3); /* tensorwise, rowwise, rowwise_with_gw_hp */
+    qsk_suite_free(&s);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("proglayout");
@@ -174,6 +220,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_layouts_are_the_references_on_every_shipped_program_case);
     tcase_add_test(tc, test_layouts_follow_the_program_by_hand);
+    tcase_add_test(tc, test_layouts_of_the_large_framework_cases_are_their_sizes);
     suite_add_tcase(s, tc);
     return qst_run(s);
 }
