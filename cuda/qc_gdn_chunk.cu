@@ -1,6 +1,6 @@
-/* qc_gdn_chunk.cu: the chunked Gated DeltaNet forward of spec/attention.md [GDN-CHUNK] on
- * the device, chunk size 64, with the chunk matmuls on tensor cores (mma.sync, FP32
- * accumulation). Two kernels:
+/* qc_gdn_chunk.cu: the chunked Gated DeltaNet forward of spec/attention.md [GDN-CHUNK] and
+ * its backward on the device, chunk size 64, with the chunk matmuls on tensor cores
+ * (mma.sync, FP32 accumulation). The forward is two kernels:
  *   wy_kernel, one block per (chunk, value head), all in parallel: G = cumsum g, the
  *     masked K K^T and Q K^T (Gamma_ij = exp(G_i - G_j) formed for i >= j only), T =
  *     (I + L)^-1 by 16 x 16 diagonal blocks (forward substitution) and block merges, then
@@ -12,7 +12,9 @@
  * A partial last chunk is zero-padded (k, q, v, beta = 0, G held at its last valid value),
  * so padded rows contribute nothing. These kernels keep every tile in FP32 shared memory
  * and convert operands as they load them (BF16, or the TF32 pair); the BF16-staged pair
- * wy_fast_kernel / state_fast_kernel below does the same work on BF16 tiles. */
+ * wy_fast_kernel / state_fast_kernel below does the same work on BF16 tiles. The backward
+ * (section "the backward" below) runs wy_kernel and state_kernel again, then dstate_kernel
+ * (serial over the chunks in reverse) and grad_kernel (every chunk in parallel). */
 #include <cuda_bf16.h>
 #include <vector>
 
