@@ -10,10 +10,11 @@
  *     memory; the states before each token are recomputed from checkpoints every kSeg
  *     tokens (global scratch), column sums run in column threads, row sums in row threads,
  *     and dbeta and dg (one FP32 sum over the whole state, rows then columns) in one thread.
- * The environment variable QSPEC_CUDA_GDN, read once, selects the forward: `reference`
- * (the default, these kernels), `chunk` (cuda/qc_gdn_chunk.cu with TF32x3 tensor-core
- * matmuls, FP32-accurate, claiming the case's tolerance) or `chunk-bf16` (the same with
- * BF16 operands, as upstream kernels round them). The backward stays the recurrence's. */
+ * The environment variable QSPEC_CUDA_GDN, read once, selects the forward and the backward:
+ * `reference` (the default, these kernels), `chunk` (cuda/qc_gdn_chunk.cu with TF32x3
+ * tensor-core matmuls, FP32-accurate, claiming the case's tolerance) or `chunk-bf16` (the
+ * same with BF16 operands, as upstream kernels round them). The chunked backward's dq̂, dk̂
+ * per value head come back to qk_kernel here for the GVA sum and the l2norm backward. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,18 +397,18 @@ cudaError_t prep(const gdn_req &r, const qs_gdn_args *a, dbuf<float> &q, dbuf<fl
     return err;
 }
 
-/* The forward QSPEC_CUDA_GDN selects; an unknown value is the reference's. */
-enum fwd_path { kFwdReference, kFwdChunk, kFwdChunkBf16 };
+/* The forward and backward QSPEC_CUDA_GDN selects; an unknown value is the reference's. */
+enum gdn_path { kPathReference, kPathChunk, kPathChunkBf16 };
 
-fwd_path fwd_path_selected()
+gdn_path gdn_path_selected()
 {
-    static const fwd_path sel = [] {
+    static const gdn_path sel = [] {
         const char *e = getenv("QSPEC_CUDA_GDN");
         if (e && strcmp(e, "chunk") == 0)
-            return kFwdChunk;
+            return kPathChunk;
         if (e && strcmp(e, "chunk-bf16") == 0)
-            return kFwdChunkBf16;
-        return kFwdReference;
+            return kPathChunkBf16;
+        return kPathReference;
     }();
     return sel;
 }
@@ -449,6 +450,73 @@ qs_status chunk_fwd(const gdn_req &r, qs_gdn_args *a, int mma)
     return err == cudaSuccess ? QS_OK : cuda_fail(err, "gdn_fwd (chunk)", a->why, a->why_len);
 }
 
+/* The chunked backward (docs/gdn.md, "The chunked backward") on the kit's arrays: l2norm
+ * (prep), the kernels of cuda/qc_gdn_chunk.cu, then qk_kernel on the value heads' dq̂ and
+ * dk̂ it leaves in the plan: the sum over each q/k head's value heads, the l2norm backward
+ * and the rounding, as the reference path does them. */
+qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
+{
+    const qs_gdn_params &p = a->p;
+    size_t nqk = r.tokens * p.h * p.dk, nv = r.tokens * p.hv * p.dv, ng = r.tokens * p.hv;
+    size_t ns = p.b * p.hv * p.dk * p.dv, nhk = r.tokens * p.hv * p.dk;
+    dbuf<float> q, k, qn, kn, v, g, beta, h0, dout, dht, dq, dk, dv, dg, dbeta, dh0;
+    cudaError_t err = prep(r, a, q, k, qn, kn);
+    if (err == cudaSuccess)
+        err = v.up(a->v, nv);
+    if (err == cudaSuccess)
+        err = g.up(a->g, ng);
+    if (err == cudaSuccess)
+        err = beta.up(a->beta, ng);
+    if (err == cudaSuccess && a->h0)
+        err = h0.up(a->h0, ns);
+    if (err == cudaSuccess)
+        err = dout.up(a->dout, nv);
+    if (err == cudaSuccess && a->dht)
+        err = dht.up(a->dht, ns);
+    if (err == cudaSuccess)
+        err = dq.alloc(nqk);
+    if (err == cudaSuccess)
+        err = dk.alloc(nqk);
+    if (err == cudaSuccess)
+        err = dv.up(nullptr, nv);
+    if (err == cudaSuccess)
+        err = dg.up(nullptr, ng);
+    if (err == cudaSuccess)
+        err = dbeta.up(nullptr, ng);
+    if (err == cudaSuccess)
+        err = dh0.up(nullptr, ns);
+    gdn_chunk_problem cp{p.b, p.t, r.tokens, p.h, p.hv, p.dk, p.dv, p.scale, p.dtype, r.g.cu};
+    gdn_chunk_plan plan;
+    if (err == cudaSuccess)
+        err = gdn_chunk_plan_make_bwd(cp, p.cu_seqlens, &plan);
+    if (err == cudaSuccess)
+        err = gdn_chunk_bwd(cp, plan, mma, kGdnIoF32, qn.p, kn.p, v.p, g.p, beta.p,
+                            a->h0 ? h0.p : nullptr, dout.p, a->dht ? dht.p : nullptr, nullptr,
+                            nullptr, dv.p, dg.p, dbeta.p, dh0.p, 0);
+    int64_t rows = r.tokens * p.h;
+    if (err == cudaSuccess && rows > 0) {
+        qk_kernel<<<(unsigned)((rows + 127) / 128), 128>>>(r.g, q.p, plan.dqk, dq.p, rows);
+        qk_kernel<<<(unsigned)((rows + 127) / 128), 128>>>(r.g, k.p, plan.dqk + nhk, dk.p, rows);
+        err = cudaGetLastError();
+    }
+    if (err == cudaSuccess)
+        err = cudaDeviceSynchronize();
+    gdn_chunk_plan_free(&plan);
+    if (err == cudaSuccess)
+        err = dq.down(a->dq);
+    if (err == cudaSuccess)
+        err = dk.down(a->dk);
+    if (err == cudaSuccess)
+        err = dv.down(a->dv);
+    if (err == cudaSuccess)
+        err = dg.down(a->dg);
+    if (err == cudaSuccess)
+        err = dbeta.down(a->dbeta);
+    if (err == cudaSuccess && a->dh0)
+        err = dh0.down(a->dh0);
+    return err == cudaSuccess ? QS_OK : cuda_fail(err, "gdn_bwd (chunk)", a->why, a->why_len);
+}
+
 } // namespace
 } // namespace qc
 
@@ -461,11 +529,11 @@ qs_status qc_slot_gdn_fwd(void *state, qs_gdn_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
-    qc::fwd_path path = qc::fwd_path_selected();
-    if (path != qc::kFwdReference && qc::gdn_chunk_fits(a->p.dk, a->p.dv)) {
+    qc::gdn_path path = qc::gdn_path_selected();
+    if (path != qc::kPathReference && qc::gdn_chunk_fits(a->p.dk, a->p.dv)) {
         /* another FP32 order: the case's tolerance ([CASE-PLUGIN-REF]; the kit's preset) */
         a->claim = QS_ATTN_CLAIM_TOLERANCE;
-        return qc::chunk_fwd(r, a, path == qc::kFwdChunk ? qc::kGdnMmaTf32x3 : qc::kGdnMmaBf16);
+        return qc::chunk_fwd(r, a, path == qc::kPathChunk ? qc::kGdnMmaTf32x3 : qc::kGdnMmaBf16);
     }
     /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
     a->claim = QS_ATTN_CLAIM_REFERENCE;
@@ -512,6 +580,12 @@ qs_status qc_slot_gdn_bwd(void *state, qs_gdn_args *a)
     qs_status st = r.init(a);
     if (st != QS_OK)
         return st;
+    qc::gdn_path path = qc::gdn_path_selected();
+    if (path != qc::kPathReference && qc::gdn_chunk_fits(a->p.dk, a->p.dv)) {
+        /* another FP32 order: the case's tolerance ([CASE-PLUGIN-REF]; the kit's preset) */
+        a->claim = QS_ATTN_CLAIM_TOLERANCE;
+        return qc::chunk_bwd(r, a, path == qc::kPathChunk ? qc::kGdnMmaTf32x3 : qc::kGdnMmaBf16);
+    }
     /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
     a->claim = QS_ATTN_CLAIM_REFERENCE;
     if (r.bwd_smem() > qc::kSmemMax)

@@ -1,6 +1,6 @@
-/* qc_gdn_chunk.cu: the chunked Gated DeltaNet forward of spec/attention.md [GDN-CHUNK] on
- * the device, chunk size 64, with the chunk matmuls on tensor cores (mma.sync, FP32
- * accumulation). Two kernels:
+/* qc_gdn_chunk.cu: the chunked Gated DeltaNet forward of spec/attention.md [GDN-CHUNK] and
+ * its backward on the device, chunk size 64, with the chunk matmuls on tensor cores
+ * (mma.sync, FP32 accumulation). The forward is two kernels:
  *   wy_kernel, one block per (chunk, value head), all in parallel: G = cumsum g, the
  *     masked K K^T and Q K^T (Gamma_ij = exp(G_i - G_j) formed for i >= j only), T =
  *     (I + L)^-1 by 16 x 16 diagonal blocks (forward substitution) and block merges, then
@@ -12,7 +12,9 @@
  * A partial last chunk is zero-padded (k, q, v, beta = 0, G held at its last valid value),
  * so padded rows contribute nothing. These kernels keep every tile in FP32 shared memory
  * and convert operands as they load them (BF16, or the TF32 pair); the BF16-staged pair
- * wy_fast_kernel / state_fast_kernel below does the same work on BF16 tiles. */
+ * wy_fast_kernel / state_fast_kernel below does the same work on BF16 tiles. The backward
+ * (section "the backward" below) runs wy_kernel and state_kernel again, then dstate_kernel
+ * (serial over the chunks in reverse) and grad_kernel (every chunk in parallel). */
 #include <cuda_bf16.h>
 #include <vector>
 
@@ -309,10 +311,14 @@ __global__ void __launch_bounds__(kThreads)
 
 /* ---------------------------------------------------------------- state_kernel */
 
+/* The state pass of the backward runs this kernel too: with hs, it stores the state before
+ * each chunk (hs [hv][nchunks][dk][dv], chunk0 the first chunk of each sequence), with vn it
+ * writes Vn over U, and o may then be NULL (not computed). */
 template <int kMma, typename TIn, typename TOut>
 __global__ void __launch_bounds__(kThreads)
     state_kernel(gdn_chunk_problem p, const TIn *q, const TIn *k, const float *gate, const float *W,
-                 const float *U, const float *A, const float *h0, TOut *o, float *ht)
+                 const float *U, const float *A, const float *h0, TOut *o, float *ht,
+                 const int32_t *chunk0, int64_t nchunks, float *hs, float *vn)
 {
     extern __shared__ float sm[];
     float *Ss = sm, *Ws = Ss + kMaxD * kLdV, *Ks = Ws + kC * kLdD, *Qs = Ks + kC * kLdD;
@@ -333,6 +339,14 @@ __global__ void __launch_bounds__(kThreads)
         int64_t nc = len - i0 < kC ? len - i0 : kC, tok0 = start + i0;
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
         __syncthreads();
+        if (hs) {
+            size_t c0 = (static_cast<size_t>(hvi) * nchunks + chunk0[n] + i0 / kC) * p.dk * p.dv;
+            for (int e = tid; e < kMaxD * kBV; e += kThreads) {
+                int r = e / kBV, c = e % kBV;
+                if (r < p.dk && cv + c < p.dv)
+                    hs[c0 + static_cast<size_t>(r) * p.dv + cv + c] = Ss[r * kLdV + c];
+            }
+        }
         for (int e = tid; e < kC * dkp; e += kThreads) {
             int i = e / dkp, d = e % dkp;
             bool on = i < nc && d < p.dk;
@@ -359,17 +373,21 @@ __global__ void __launch_bounds__(kThreads)
             auto aQ = [&](int r, int kk) { return Qs[(16 * mt + r) * kLdD + kk]; };
             auto bS = [&](int kk, int j) { return Ss[kk * kLdV + n0 + j]; };
             mma_strip<kMma, 4>(cw, dkp, aW, bS);
-            mma_strip<kMma, 4>(cq, dkp, aQ, bS);
+            if (o)
+                mma_strip<kMma, 4>(cq, dkp, aQ, bS);
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int i = 16 * mt + acc_row(e), j = n0 + acc_col(nt, e);
-                    Vn[i * kLdC + j] = __fsub_rn(Vn[i * kLdC + j], cw[nt][e]);
+                    float x = __fsub_rn(Vn[i * kLdC + j], cw[nt][e]);
+                    Vn[i * kLdC + j] = x;
+                    if (vn && i < nc && cv + j < p.dv)
+                        vn[(row0 + i) * p.dv + cv + j] = x;
                 }
         }
         __syncthreads();
-        { /* o = scale e^G (Q S) + A Vn */
+        if (o) { /* o = scale e^G (Q S) + A Vn */
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
@@ -441,7 +459,8 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
             p, plan.chunks, tq, tk, static_cast<const TIn *>(v), g, beta, W, U, A);
     if (p.nseq > 0)
         state<<<dim3((unsigned)((p.dv + kBV - 1) / kBV), (unsigned)p.hv, (unsigned)p.nseq),
-                kThreads, kStateSmem, st>>>(p, tq, tk, g, W, U, A, h0, static_cast<TOut *>(o), ht);
+                kThreads, kStateSmem, st>>>(p, tq, tk, g, W, U, A, h0, static_cast<TOut *>(o), ht,
+                                            nullptr, 0, nullptr, nullptr);
     return cudaGetLastError();
 }
 
@@ -885,6 +904,605 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     return cudaGetLastError();
 }
 
+/* ---------------------------------------------------------------- the backward */
+/* docs/gdn.md, "The chunked backward"; tests/test_gdn_chunk_bwd.c is the same in float64.
+ * After wy_kernel (W, U, A of every chunk) and state_kernel (the state before each chunk into
+ * hs, Vn over U, no o), two kernels:
+ *   dstate_kernel, one block per (64 value columns, value head, sequence), serial over the
+ *     chunks in reverse with the FP32 state gradient dS [dk][64] in shared memory: stores dS'
+ *     (the gradient of the state after the chunk) into dhs, then dVn = diag(F) K dS' + A^T
+ *     dO and dS = e^{G_last} dS' + scale (e^G . Q)^T dO - W^T dVn; the last dS is dh0;
+ *   grad_kernel, one block per (chunk, value head), all in parallel: T again (K K^T, the
+ *     solve), then over the value columns 32 at a time dVn again, the sums over the value
+ *     columns (dO S^T, Vn dS'^T, -dVn S^T, dO Vn^T, dVn (beta V)^T) in registers and dv =
+ *     diag(beta) T^T dVn; then dT, dL = -T^T dT T^T, dq̂ and dk̂ of the value head, dbeta and
+ *     dG, and dg as the reverse cumulative sum of dG over the chunk.
+ * qk_sum_kernel sums dq̂ and dk̂ over each q/k head's value heads. */
+
+constexpr int kVB = 32;       /* value columns per step of grad_kernel */
+constexpr int kLdB = kVB + 4; /* row stride of its [.][32] tiles */
+/* grad_kernel's scratch region: the value-column tiles (S, dS' [128][32]; Vn, dO, V, dVn
+ * [64][32]), or before them the solve's L and P, or after them dW [64][128], dT, P, dA
+ * [64][64]; the largest. */
+constexpr int kGradR = kC * kLdD + 3 * kC * kLdC;
+static_assert(kGradR >= 2 * kMaxD * kLdB + 4 * kC * kLdB, "the value-column tiles fit");
+constexpr int kGradVec = 16 * kC + kThreads;
+constexpr size_t kDstateSmem =
+    (kMaxD * kLdV + 3 * kC * kLdD + 3 * kC * kLdC + 3 * kC) * sizeof(float);
+constexpr size_t kGradSmem = (2 * kC * kLdD + 3 * kC * kLdC + kGradR + kGradVec) * sizeof(float);
+
+/* x summed over the 4 lanes of a quad (those holding one accumulator row); every lane gets
+ * the same value (each step adds a pair in both orders, which FP32 addition makes equal). */
+__device__ __forceinline__ float quad_sum(float x)
+{
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+template <int kMma, typename TIn>
+__global__ void __launch_bounds__(kThreads)
+    dstate_kernel(gdn_chunk_problem p, const int32_t *chunk0, int64_t nchunks, const TIn *q,
+                  const TIn *k, const TIn *dout, const float *gate, const float *W, const float *A,
+                  const float *dht, float *dhs, float *dh0)
+{
+    extern __shared__ float sm[];
+    float *dSs = sm, *Ks = dSs + kMaxD * kLdV, *Qs = Ks + kC * kLdD, *Ws = Qs + kC * kLdD;
+    float *As = Ws + kC * kLdD, *dOs = As + kC * kLdC, *dVs = dOs + kC * kLdC;
+    float *G = dVs + kC * kLdC, *F = G + kC, *Es = F + kC;
+    int tid = threadIdx.x, warp = tid >> 5;
+    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
+    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
+    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
+    int64_t cv = vb * kBV, nch = (len + kC - 1) / kC;
+    int dkp = round32(p.dk);
+    size_t ns = static_cast<size_t>(p.dk) * p.dv,
+           sbase = (static_cast<size_t>(n) * p.hv + hvi) * ns;
+    for (int e = tid; e < kMaxD * kBV; e += kThreads) {
+        int r = e / kBV, c = e % kBV;
+        bool on = dht && r < p.dk && cv + c < p.dv;
+        dSs[r * kLdV + c] = on ? dht[sbase + static_cast<size_t>(r) * p.dv + cv + c] : 0.0f;
+    }
+    for (int64_t ci = nch - 1; ci >= 0; ci--) {
+        int64_t i0 = ci * kC, nc = len - i0 < kC ? len - i0 : kC, tok0 = start + i0;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        size_t c0 = (static_cast<size_t>(hvi) * nchunks + chunk0[n] + ci) * ns;
+        __syncthreads();
+        for (int e = tid; e < kMaxD * kBV; e += kThreads) {
+            int r = e / kBV, c = e % kBV;
+            if (r < p.dk && cv + c < p.dv)
+                dhs[c0 + static_cast<size_t>(r) * p.dv + cv + c] = dSs[r * kLdV + c];
+        }
+        for (int e = tid; e < kC * dkp; e += kThreads) {
+            int i = e / dkp, d = e % dkp;
+            bool on = i < nc && d < p.dk;
+            size_t off = (static_cast<size_t>(tok0 + i) * p.h + hq) * p.dk + d;
+            Ks[i * kLdD + d] = on ? ldf(k + off) : 0.0f;
+            Qs[i * kLdD + d] = on ? ldf(q + off) : 0.0f;
+            Ws[i * kLdD + d] = on ? W[(row0 + i) * p.dk + d] : 0.0f;
+        }
+        for (int e = tid; e < kC * kC; e += kThreads) {
+            int i = e / kC, j = e % kC;
+            bool on = i < nc && cv + j < p.dv;
+            As[i * kLdC + j] = i < nc ? A[(row0 + i) * kC + j] : 0.0f;
+            dOs[i * kLdC + j] =
+                on ? ldf(dout + (static_cast<size_t>(tok0 + i) * p.hv + hvi) * p.dv + cv + j)
+                   : 0.0f;
+        }
+        if (tid == 0)
+            chunk_cumsum(p, gate, tok0, nc, hvi, G);
+        __syncthreads();
+        if (tid < kC) {
+            F[tid] = expf(__fsub_rn(G[kC - 1], G[tid]));
+            Es[tid] = __fmul_rn(p.scale, expf(G[tid]));
+        }
+        __syncthreads();
+        { /* dVn = diag(F) K dS' + A^T dO */
+            int mt = warp >> 1, n0 = (warp & 1) * 32;
+            float c[4][4] = {};
+            auto aK = [&](int r, int kk) {
+                return __fmul_rn(F[16 * mt + r], Ks[(16 * mt + r) * kLdD + kk]);
+            };
+            auto bS = [&](int kk, int j) { return dSs[kk * kLdV + n0 + j]; };
+            auto aA = [&](int r, int kk) { return As[kk * kLdC + 16 * mt + r]; };
+            auto bO = [&](int kk, int j) { return dOs[kk * kLdC + n0 + j]; };
+            mma_strip<kMma, 4>(c, dkp, aK, bS);
+            mma_strip<kMma, 4>(c, kC, aA, bO);
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    dVs[(16 * mt + acc_row(e)) * kLdC + n0 + acc_col(nt, e)] = c[nt][e];
+        }
+        __syncthreads();
+        if (16 * warp < dkp) { /* dS = e^{G_last} dS' + (Es . Q)^T dO - W^T dVn, rows 16 warp .. */
+            float cs[8][4];
+            float alast = expf(G[kC - 1]);
+            int r0 = 16 * warp;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    cs[nt][e] = __fmul_rn(dSs[(r0 + acc_row(e)) * kLdV + acc_col(nt, e)], alast);
+            auto aQ = [&](int r, int kk) { return __fmul_rn(Es[kk], Qs[kk * kLdD + r0 + r]); };
+            auto bO = [&](int kk, int j) { return dOs[kk * kLdC + j]; };
+            auto aW = [&](int r, int kk) { return -Ws[kk * kLdD + r0 + r]; };
+            auto bV = [&](int kk, int j) { return dVs[kk * kLdC + j]; };
+            mma_strip<kMma, 8>(cs, kC, aQ, bO);
+            mma_strip<kMma, 8>(cs, kC, aW, bV);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    dSs[(r0 + acc_row(e)) * kLdV + acc_col(nt, e)] = cs[nt][e];
+        }
+    }
+    __syncthreads();
+    if (dh0)
+        for (int e = tid; e < kMaxD * kBV; e += kThreads) {
+            int r = e / kBV, c = e % kBV;
+            if (r < p.dk && cv + c < p.dv)
+                dh0[sbase + static_cast<size_t>(r) * p.dv + cv + c] = dSs[r * kLdV + c];
+        }
+}
+
+/* The shared memory of grad_kernel (floats): K, Q [64][128]; A, T, Lg = strictlower(K K^T .
+ * Gamma) [64][64]; the scratch region R in its three uses; vectors. */
+struct grad_smem {
+    float *Ks, *Qs, *As, *Ts, *Lg, *R;
+    float *Sb, *dSb, *Vnb, *dOb, *Vb, *dVb; /* the value-column tiles, in R */
+    float *Ls, *Ps;                         /* the solve, in R */
+    float *dWs, *dTs, *Pp, *dAt;            /* after the value columns, in R */
+    float *G, *Bt, *Ex, *F, *dbv, *rv, *rq, *rk, *ry, *rowL, *rowM, *colM, *colN, *dG, *red;
+    __device__ grad_smem(float *s)
+    {
+        Ks = s;
+        Qs = Ks + kC * kLdD;
+        As = Qs + kC * kLdD;
+        Ts = As + kC * kLdC;
+        Lg = Ts + kC * kLdC;
+        R = Lg + kC * kLdC;
+        Sb = R;
+        dSb = Sb + kMaxD * kLdB;
+        Vnb = dSb + kMaxD * kLdB;
+        dOb = Vnb + kC * kLdB;
+        Vb = dOb + kC * kLdB;
+        dVb = Vb + kC * kLdB;
+        Ls = R;
+        Ps = R + kC * kLdC;
+        dWs = R;
+        dTs = dWs + kC * kLdD;
+        Pp = dTs + kC * kLdC;
+        dAt = Pp + kC * kLdC;
+        G = R + kGradR;
+        Bt = G + kC;
+        Ex = Bt + kC;
+        F = Ex + kC;
+        dbv = F + kC;
+        rv = dbv + kC; /* [2][64]: per half of the warps */
+        rq = rv + 2 * kC;
+        rk = rq + 2 * kC;
+        ry = rk + 2 * kC;
+        rowL = ry + 2 * kC;
+        rowM = rowL + kC;
+        colM = rowM + kC;
+        colN = colM + kC;
+        dG = colN + kC;
+        red = dG + kC; /* [kThreads] */
+    }
+};
+
+/* Lg and T of the chunk (K, G, Bt loaded): Lg_ij = (k_i . k_j) Gamma_ij for i > j, T = (I +
+ * diag(Bt) Lg)^-1. */
+template <int kMma> __device__ void grad_solve(const gdn_chunk_problem &p, const grad_smem &s)
+{
+    int tid = threadIdx.x, warp = tid >> 5, mt = warp >> 1, n0 = (warp & 1) * 32;
+    int dkp = round32(p.dk);
+    for (int e = tid; e < kC * kC; e += kThreads)
+        s.Ts[(e / kC) * kLdC + e % kC] = 0.0f;
+    float c[4][4] = {};
+    auto aK = [&](int r, int kk) { return s.Ks[(16 * mt + r) * kLdD + kk]; };
+    auto bK = [&](int kk, int j) { return s.Ks[(n0 + j) * kLdD + kk]; };
+    mma_strip<kMma, 4>(c, dkp, aK, bK);
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = 16 * mt + acc_row(e), j = n0 + acc_col(nt, e);
+            float lg = i > j ? __fmul_rn(c[nt][e], expf(__fsub_rn(s.G[i], s.G[j]))) : 0.0f;
+            s.Lg[i * kLdC + j] = lg;
+            s.Ls[i * kLdC + j] = __fmul_rn(s.Bt[i], lg);
+        }
+    __syncthreads();
+    solve_t(s.Ls, s.Ts, s.Ps);
+}
+
+/* Row partial sums of a [64][128] accumulator strip times a [64][128] tile X, over this
+ * warp's 64 columns: reduced over the quad and written to out[half * 64 + row]. */
+__device__ __forceinline__ void strip_rowdot(const float (&c)[8][4], const float *X, float *out)
+{
+    int warp = threadIdx.x >> 5, mt = warp >> 1, n0 = (warp & 1) * 64;
+    float r[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+            r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e], X[i * kLdD + d]));
+        }
+    r[0] = quad_sum(r[0]);
+    r[1] = quad_sum(r[1]);
+    if ((threadIdx.x & 3) == 0) {
+        out[(warp & 1) * kC + 16 * mt + acc_row(0)] = r[0];
+        out[(warp & 1) * kC + 16 * mt + acc_row(2)] = r[1];
+    }
+}
+
+template <int kMma, typename TIn, typename TOut>
+__global__ void __launch_bounds__(kThreads)
+    grad_kernel(gdn_chunk_problem p, const int32_t *chunks, int64_t nchunks, const TIn *q,
+                const TIn *k, const TIn *v, const TIn *dout, const float *gate, const float *beta,
+                const float *Vn, const float *A, const float *hs, const float *dhs, float *dq_hv,
+                float *dk_hv, TOut *dv, float *dg, float *dbeta)
+{
+    extern __shared__ float smraw[];
+    grad_smem s(smraw);
+    int tid = threadIdx.x, warp = tid >> 5, mt = warp >> 1;
+    int64_t ci = blockIdx.x, hvi = blockIdx.y;
+    int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
+    size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+    int dkp = round32(p.dk);
+    for (int e = tid; e < kC * kMaxD; e += kThreads) {
+        int i = e / kMaxD, d = e % kMaxD;
+        bool on = i < nc && d < p.dk;
+        size_t off = (static_cast<size_t>(tok0 + i) * p.h + hq) * p.dk + d;
+        s.Ks[i * kLdD + d] = on ? ldf(k + off) : 0.0f;
+        s.Qs[i * kLdD + d] = on ? ldf(q + off) : 0.0f;
+    }
+    for (int e = tid; e < kC * kC; e += kThreads) {
+        int i = e / kC, j = e % kC;
+        s.As[i * kLdC + j] = i < nc ? A[(row0 + i) * kC + j] : 0.0f;
+    }
+    if (tid < kC) {
+        s.Bt[tid] = tid < nc ? beta[(tok0 + tid) * p.hv + hvi] : 0.0f;
+        s.dbv[tid] = 0.0f;
+    }
+    if (tid == 0)
+        chunk_cumsum(p, gate, tok0, nc, hvi, s.G);
+    __syncthreads();
+    if (tid < kC) {
+        s.Ex[tid] = expf(s.G[tid]);
+        s.F[tid] = expf(__fsub_rn(s.G[kC - 1], s.G[tid]));
+    }
+    grad_solve<kMma>(p, s);
+
+    /* the value columns, 32 at a time */
+    size_t ns = static_cast<size_t>(p.dk) * p.dv,
+           c0 = (static_cast<size_t>(hvi) * nchunks + ci) * ns;
+    const float *Sg = hs + c0, *dSg = dhs + c0;
+    float cQ[8][4] = {}, cK[8][4] = {}, cW[8][4] = {}, cA[4][4] = {}, cT[4][4] = {};
+    float sdot = 0.0f;
+    for (int v0 = 0; v0 < p.dv; v0 += kVB) {
+        __syncthreads();
+        for (int e = tid; e < kMaxD * kVB; e += kThreads) {
+            int r = e / kVB, c = e % kVB;
+            bool on = r < p.dk && v0 + c < p.dv;
+            float x = on ? Sg[static_cast<size_t>(r) * p.dv + v0 + c] : 0.0f;
+            float y = on ? dSg[static_cast<size_t>(r) * p.dv + v0 + c] : 0.0f;
+            s.Sb[r * kLdB + c] = x;
+            s.dSb[r * kLdB + c] = y;
+            sdot = __fadd_rn(sdot, __fmul_rn(x, y));
+        }
+        for (int e = tid; e < kC * kVB; e += kThreads) {
+            int i = e / kVB, c = e % kVB;
+            bool on = i < nc && v0 + c < p.dv;
+            size_t off = (static_cast<size_t>(tok0 + i) * p.hv + hvi) * p.dv + v0 + c;
+            s.Vnb[i * kLdB + c] = on ? Vn[(row0 + i) * p.dv + v0 + c] : 0.0f;
+            s.dOb[i * kLdB + c] = on ? ldf(dout + off) : 0.0f;
+            s.Vb[i * kLdB + c] = on ? ldf(v + off) : 0.0f;
+        }
+        __syncthreads();
+        { /* dVn = diag(F) K dS' + A^T dO, [64][32] */
+            int n0 = 16 * (warp & 1);
+            float c[2][4] = {};
+            auto aK = [&](int r, int kk) {
+                return __fmul_rn(s.F[16 * mt + r], s.Ks[(16 * mt + r) * kLdD + kk]);
+            };
+            auto bS = [&](int kk, int j) { return s.dSb[kk * kLdB + n0 + j]; };
+            auto aA = [&](int r, int kk) { return s.As[kk * kLdC + 16 * mt + r]; };
+            auto bO = [&](int kk, int j) { return s.dOb[kk * kLdB + n0 + j]; };
+            mma_strip<kMma, 2>(c, dkp, aK, bS);
+            mma_strip<kMma, 2>(c, kC, aA, bO);
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s.dVb[(16 * mt + acc_row(e)) * kLdB + n0 + acc_col(nt, e)] = c[nt][e];
+        }
+        __syncthreads();
+        { /* the sums over the value columns */
+            int n0 = 64 * (warp & 1), n1 = 32 * (warp & 1);
+            auto aO = [&](int r, int kk) { return s.dOb[(16 * mt + r) * kLdB + kk]; };
+            auto aV = [&](int r, int kk) { return s.Vnb[(16 * mt + r) * kLdB + kk]; };
+            auto aD = [&](int r, int kk) { return s.dVb[(16 * mt + r) * kLdB + kk]; };
+            auto bS = [&](int kk, int j) { return s.Sb[(n0 + j) * kLdB + kk]; };
+            auto bdS = [&](int kk, int j) { return s.dSb[(n0 + j) * kLdB + kk]; };
+            auto bVn = [&](int kk, int j) { return s.Vnb[(n1 + j) * kLdB + kk]; };
+            auto bBV = [&](int kk, int j) {
+                return __fmul_rn(s.Bt[n1 + j], s.Vb[(n1 + j) * kLdB + kk]);
+            };
+            mma_strip<kMma, 8>(cQ, kVB, aO, bS);  /* dO S^T */
+            mma_strip<kMma, 8>(cK, kVB, aV, bdS); /* Vn dS'^T */
+            mma_strip<kMma, 8>(cW, kVB, aD, bS);  /* dVn S^T */
+            mma_strip<kMma, 4>(cA, kVB, aO, bVn); /* dO Vn^T */
+            mma_strip<kMma, 4>(cT, kVB, aD, bBV); /* dVn (beta V)^T */
+        }
+        { /* dv = diag(beta) T^T dVn, and its part of dbeta: rows(T^T dVn . V) */
+            int n0 = 16 * (warp & 1);
+            float c[2][4] = {}, r[2] = {0.0f, 0.0f};
+            auto aT = [&](int rr, int kk) { return s.Ts[kk * kLdC + 16 * mt + rr]; };
+            auto bD = [&](int kk, int j) { return s.dVb[kk * kLdB + n0 + j]; };
+            mma_strip<kMma, 2>(c, kC, aT, bD);
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int i = 16 * mt + acc_row(e), j = n0 + acc_col(nt, e);
+                    if (i < nc && v0 + j < p.dv)
+                        store_out(dv + (static_cast<size_t>(tok0 + i) * p.hv + hvi) * p.dv + v0 + j,
+                                  __fmul_rn(s.Bt[i], c[nt][e]), p.out_dt);
+                    r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e], s.Vb[i * kLdB + j]));
+                }
+            r[0] = quad_sum(r[0]);
+            r[1] = quad_sum(r[1]);
+            if ((tid & 3) == 0) {
+                s.rv[(warp & 1) * kC + 16 * mt + acc_row(0)] = r[0];
+                s.rv[(warp & 1) * kC + 16 * mt + acc_row(2)] = r[1];
+            }
+        }
+        __syncthreads();
+        if (tid < kC)
+            s.dbv[tid] = __fadd_rn(s.dbv[tid], __fadd_rn(s.rv[tid], s.rv[kC + tid]));
+    }
+    __syncthreads();
+
+    /* scale the inter-chunk parts: dQ = scale E . (dO S^T), dK = F . (Vn dS'^T); their rows
+     * dotted with q and k go into dG; dW, dT (so far), dA to shared memory */
+    {
+        int n0 = 64 * (warp & 1), n1 = 32 * (warp & 1);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+                cQ[nt][e] = __fmul_rn(cQ[nt][e], __fmul_rn(p.scale, s.Ex[i]));
+                cK[nt][e] = __fmul_rn(cK[nt][e], s.F[i]);
+                s.dWs[i * kLdD + d] = -cW[nt][e];
+            }
+        strip_rowdot(cQ, s.Qs, s.rq);
+        strip_rowdot(cK, s.Ks, s.rk);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                s.dTs[i * kLdC + j] = cT[nt][e];
+                s.dAt[i * kLdC + j] = i >= j ? cA[nt][e] : 0.0f;
+            }
+        s.red[tid] = sdot;
+    }
+    __syncthreads();
+    { /* dT += dW (diag(beta E) K)^T, strictly lower; Y = T^T dW: dK += diag(beta E) Y */
+        int n0 = 64 * (warp & 1), n1 = 32 * (warp & 1);
+        float c[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                c[nt][e] = s.dTs[(16 * mt + acc_row(e)) * kLdC + n1 + acc_col(nt, e)];
+        auto aW = [&](int r, int kk) { return s.dWs[(16 * mt + r) * kLdD + kk]; };
+        auto bK = [&](int kk, int j) {
+            return __fmul_rn(__fmul_rn(s.Bt[n1 + j], s.Ex[n1 + j]), s.Ks[(n1 + j) * kLdD + kk]);
+        };
+        mma_strip<kMma, 4>(c, dkp, aW, bK);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                s.dTs[i * kLdC + j] = i > j ? c[nt][e] : 0.0f;
+            }
+        float cY[8][4] = {};
+        auto aTt = [&](int r, int kk) { return s.Ts[kk * kLdC + 16 * mt + r]; };
+        auto bW = [&](int kk, int j) { return s.dWs[kk * kLdD + n0 + j]; };
+        mma_strip<kMma, 8>(cY, kC, aTt, bW);
+        strip_rowdot(cY, s.Ks, s.ry);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e);
+                cK[nt][e] = __fadd_rn(cK[nt][e], __fmul_rn(__fmul_rn(s.Bt[i], s.Ex[i]), cY[nt][e]));
+            }
+    }
+    __syncthreads();
+    { /* P = T^T dT */
+        int n1 = 32 * (warp & 1);
+        float c[4][4] = {};
+        auto aTt = [&](int r, int kk) { return s.Ts[kk * kLdC + 16 * mt + r]; };
+        auto bT = [&](int kk, int j) { return s.dTs[kk * kLdC + n1 + j]; };
+        mma_strip<kMma, 4>(c, kC, aTt, bT);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s.Pp[(16 * mt + acc_row(e)) * kLdC + n1 + acc_col(nt, e)] = c[nt][e];
+    }
+    __syncthreads();
+    { /* dL = -(P T^T), strictly lower, over dT */
+        int n1 = 32 * (warp & 1);
+        float c[4][4] = {};
+        auto aP = [&](int r, int kk) { return s.Pp[(16 * mt + r) * kLdC + kk]; };
+        auto bTt = [&](int kk, int j) { return s.Ts[(n1 + j) * kLdC + kk]; };
+        mma_strip<kMma, 4>(c, kC, aP, bTt);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                s.dTs[i * kLdC + j] = i > j ? -c[nt][e] : 0.0f;
+            }
+    }
+    __syncthreads();
+    if (tid < kC) { /* rows: dL . Lg, dA . A */
+        int i = tid;
+        float l = 0.0f, m = 0.0f;
+        for (int j = 0; j < kC; j++) {
+            l = __fadd_rn(l, __fmul_rn(s.dTs[i * kLdC + j], s.Lg[i * kLdC + j]));
+            m = __fadd_rn(m, __fmul_rn(s.dAt[i * kLdC + j], s.As[i * kLdC + j]));
+        }
+        s.rowL[i] = l;
+        s.rowM[i] = m;
+    } else if (tid < 2 * kC) { /* columns: diag(beta) dL . Lg, dA . A */
+        int j = tid - kC;
+        float l = 0.0f, m = 0.0f;
+        for (int i = 0; i < kC; i++) {
+            l = __fadd_rn(l,
+                          __fmul_rn(s.Bt[i], __fmul_rn(s.dTs[i * kLdC + j], s.Lg[i * kLdC + j])));
+            m = __fadd_rn(m, __fmul_rn(s.dAt[i * kLdC + j], s.As[i * kLdC + j]));
+        }
+        s.colN[j] = l;
+        s.colM[j] = m;
+    }
+    __syncthreads();
+    /* dAs = scale dA . Gamma over dA; Bl + Bl^T (Bl = dL . diag(beta) Gamma) over P */
+    for (int e = tid; e < kC * kC; e += kThreads) {
+        int i = e / kC, j = e % kC;
+        float gij = i >= j ? expf(__fsub_rn(s.G[i], s.G[j])) : 0.0f;
+        float gji = j >= i ? expf(__fsub_rn(s.G[j], s.G[i])) : 0.0f;
+        s.dAt[i * kLdC + j] = __fmul_rn(__fmul_rn(p.scale, s.dAt[i * kLdC + j]), gij);
+        s.Pp[i * kLdC + j] = __fadd_rn(__fmul_rn(__fmul_rn(s.dTs[i * kLdC + j], s.Bt[i]), gij),
+                                       __fmul_rn(__fmul_rn(s.dTs[j * kLdC + i], s.Bt[j]), gji));
+    }
+    __syncthreads();
+    { /* dq̂ = dQ + dAs K; dk̂ = dK + dAs^T Q + (Bl + Bl^T) K */
+        int n0 = 64 * (warp & 1);
+        auto aD = [&](int r, int kk) { return s.dAt[(16 * mt + r) * kLdC + kk]; };
+        auto aDt = [&](int r, int kk) { return s.dAt[kk * kLdC + 16 * mt + r]; };
+        auto aB = [&](int r, int kk) { return s.Pp[(16 * mt + r) * kLdC + kk]; };
+        auto bK = [&](int kk, int j) { return s.Ks[kk * kLdD + n0 + j]; };
+        auto bQ = [&](int kk, int j) { return s.Qs[kk * kLdD + n0 + j]; };
+        mma_strip<kMma, 8>(cQ, kC, aD, bK);
+        mma_strip<kMma, 8>(cK, kC, aDt, bQ);
+        mma_strip<kMma, 8>(cK, kC, aB, bK);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+                if (i < nc && d < p.dk) {
+                    size_t off = (static_cast<size_t>(tok0 + i) * p.hv + hvi) * p.dk + d;
+                    dq_hv[off] = cQ[nt][e];
+                    dk_hv[off] = cK[nt][e];
+                }
+            }
+    }
+    if (tid < kC) { /* dbeta and dG of row i */
+        int i = tid;
+        float ywk = __fadd_rn(s.ry[i], s.ry[kC + i]);
+        float gq = __fadd_rn(s.rq[i], s.rq[kC + i]), gk = __fadd_rn(s.rk[i], s.rk[kC + i]);
+        float be = __fmul_rn(s.Bt[i], s.Ex[i]);
+        float db = __fadd_rn(__fadd_rn(s.dbv[i], __fmul_rn(s.Ex[i], ywk)), s.rowL[i]);
+        float x = __fsub_rn(gq, gk);
+        x = __fadd_rn(x, __fmul_rn(be, ywk));
+        x = __fadd_rn(x, __fsub_rn(s.rowM[i], s.colM[i]));
+        x = __fadd_rn(x, __fsub_rn(__fmul_rn(s.Bt[i], s.rowL[i]), s.colN[i]));
+        s.dG[i] = x;
+        s.rv[i] = gk;
+        if (i < nc)
+            dbeta[(tok0 + i) * p.hv + hvi] = db;
+    }
+    __syncthreads();
+    if (tid == 0) { /* the last row's terms, then dg = the reverse cumulative sum of dG */
+        float gk = 0.0f, sd = 0.0f;
+        for (int i = 0; i < kC; i++)
+            gk = __fadd_rn(gk, s.rv[i]);
+        for (int t = 0; t < kThreads; t++)
+            sd = __fadd_rn(sd, s.red[t]);
+        float acc = __fadd_rn(gk, __fmul_rn(s.Ex[kC - 1], sd));
+        for (int i = kC - 1; i >= 0; i--) {
+            acc = __fadd_rn(acc, s.dG[i]);
+            if (i < nc)
+                dg[(tok0 + i) * p.hv + hvi] = acc;
+        }
+    }
+}
+
+/* dx of each (token, q/k head): the FP32 sum of its value heads' rows of d_hv in increasing
+ * hv [GDN-GVA], stored as the io type. One thread per element. */
+template <typename TOut>
+__global__ void qk_sum_kernel(gdn_chunk_problem p, const float *d_hv, TOut *dx)
+{
+    int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= p.tokens * p.h * p.dk)
+        return;
+    int64_t tok = e / (p.h * p.dk), hq = (e / p.dk) % p.h, d = e % p.dk, grp = p.hv / p.h;
+    float acc = 0.0f;
+    for (int64_t hv = hq * grp; hv < (hq + 1) * grp; hv++)
+        acc = __fadd_rn(acc, d_hv[(tok * p.hv + hv) * p.dk + d]);
+    store_out(dx + e, acc, p.out_dt);
+}
+
+template <int kMma, typename TIn, typename TOut>
+cudaError_t launch_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
+                       const void *k, const void *v, const float *g, const float *beta,
+                       const float *h0, const void *dout, const float *dht, void *dq, void *dk,
+                       void *dv, float *dg, float *dbeta, float *dh0, cudaStream_t st)
+{
+    auto wy = wy_kernel<kMma, TIn>;
+    auto state = state_kernel<kMma, TIn, TOut>;
+    auto dstate = dstate_kernel<kMma, TIn>;
+    auto grad = grad_kernel<kMma, TIn, TOut>;
+    cudaError_t err =
+        cudaFuncSetAttribute(wy, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWySmem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(state, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)kStateSmem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(dstate, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)kDstateSmem);
+    if (err == cudaSuccess)
+        err =
+            cudaFuncSetAttribute(grad, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kGradSmem);
+    if (err != cudaSuccess)
+        return err;
+    float *W = plan.ws, *U = W + static_cast<size_t>(p.hv) * p.tokens * p.dk;
+    float *A = U + static_cast<size_t>(p.hv) * p.tokens * p.dv;
+    float *dq_hv = plan.dqk, *dk_hv = dq_hv + static_cast<size_t>(p.tokens) * p.hv * p.dk;
+    const TIn *tq = static_cast<const TIn *>(q), *tk = static_cast<const TIn *>(k);
+    const TIn *tv = static_cast<const TIn *>(v), *tdo = static_cast<const TIn *>(dout);
+    dim3 cols((unsigned)((p.dv + kBV - 1) / kBV), (unsigned)p.hv, (unsigned)p.nseq);
+    if (plan.nchunks > 0) {
+        wy<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWySmem, st>>>(
+            p, plan.chunks, tq, tk, tv, g, beta, W, U, A);
+        state<<<cols, kThreads, kStateSmem, st>>>(p, tq, tk, g, W, U, A, h0, nullptr, nullptr,
+                                                  plan.chunk0, plan.nchunks, plan.hs, U);
+    }
+    if (p.nseq > 0)
+        dstate<<<cols, kThreads, kDstateSmem, st>>>(p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W,
+                                                    A, dht, plan.dhs, dh0);
+    if (plan.nchunks > 0)
+        grad<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kGradSmem, st>>>(
+            p, plan.chunks, plan.nchunks, tq, tk, tv, tdo, g, beta, U, A, plan.hs, plan.dhs, dq_hv,
+            dk_hv, static_cast<TOut *>(dv), dg, dbeta);
+    int64_t nqk = p.tokens * p.h * p.dk;
+    if (dq && dk && nqk > 0) {
+        unsigned nb = (unsigned)((nqk + 255) / 256);
+        qk_sum_kernel<TOut><<<nb, 256, 0, st>>>(p, dq_hv, static_cast<TOut *>(dq));
+        qk_sum_kernel<TOut><<<nb, 256, 0, st>>>(p, dk_hv, static_cast<TOut *>(dk));
+    }
+    return cudaGetLastError();
+}
+
 } // namespace
 
 bool gdn_chunk_fits(int64_t dk, int64_t dv)
@@ -895,15 +1513,17 @@ bool gdn_chunk_fits(int64_t dk, int64_t dv)
 cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_host,
                                 gdn_chunk_plan *plan)
 {
-    std::vector<int32_t> tab;
+    std::vector<int32_t> tab, first;
     for (int64_t n = 0; n < p.nseq; n++) {
         int64_t s = cu_host ? cu_host[n] : n * p.seq_t;
         int64_t l = cu_host ? static_cast<int64_t>(cu_host[n + 1]) - cu_host[n] : p.seq_t;
+        first.push_back(static_cast<int32_t>(tab.size() / 2));
         for (int64_t i0 = 0; i0 < l; i0 += kC) {
             tab.push_back(static_cast<int32_t>(s + i0));
             tab.push_back(static_cast<int32_t>(l - i0 < kC ? l - i0 : kC));
         }
     }
+    first.push_back(static_cast<int32_t>(tab.size() / 2));
     plan->nchunks = static_cast<int64_t>(tab.size() / 2);
     plan->ws_floats = static_cast<size_t>(p.hv) * p.tokens * (p.dk + p.dv + kC);
     cudaError_t err = cudaMalloc(&plan->chunks, (tab.size() + 2) * sizeof(int32_t));
@@ -911,18 +1531,38 @@ cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_ho
         err = cudaMemcpy(plan->chunks, tab.data(), tab.size() * sizeof(int32_t),
                          cudaMemcpyHostToDevice);
     if (err == cudaSuccess)
+        err = cudaMalloc(&plan->chunk0, first.size() * sizeof(int32_t));
+    if (err == cudaSuccess)
+        err = cudaMemcpy(plan->chunk0, first.data(), first.size() * sizeof(int32_t),
+                         cudaMemcpyHostToDevice);
+    if (err == cudaSuccess)
         err = cudaMalloc(&plan->ws, (plan->ws_floats + 1) * sizeof(float));
+    return err;
+}
+
+cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
+                                    gdn_chunk_plan *plan)
+{
+    cudaError_t err = gdn_chunk_plan_make(p, cu_host, plan);
+    size_t nst = static_cast<size_t>(p.hv) * plan->nchunks * p.dk * p.dv;
+    size_t nqk = 2 * static_cast<size_t>(p.tokens) * p.hv * p.dk;
+    if (err == cudaSuccess)
+        err = cudaMalloc(&plan->hs, (nst + 1) * sizeof(float));
+    if (err == cudaSuccess)
+        err = cudaMalloc(&plan->dhs, (nst + 1) * sizeof(float));
+    if (err == cudaSuccess)
+        err = cudaMalloc(&plan->dqk, (nqk + 1) * sizeof(float));
     return err;
 }
 
 void gdn_chunk_plan_free(gdn_chunk_plan *plan)
 {
-    if (plan->chunks)
-        cudaFree(plan->chunks);
-    if (plan->ws)
-        cudaFree(plan->ws);
-    plan->chunks = nullptr;
-    plan->ws = nullptr;
+    for (void *x : {(void *)plan->chunks, (void *)plan->chunk0, (void *)plan->ws, (void *)plan->hs,
+                    (void *)plan->dhs, (void *)plan->dqk})
+        if (x)
+            cudaFree(x);
+    plan->chunks = plan->chunk0 = nullptr;
+    plan->ws = plan->hs = plan->dhs = plan->dqk = nullptr;
 }
 
 cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int mma, int io,
@@ -944,6 +1584,29 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
     if (mma == kGdnMmaBf16)
         return launch<kGdnMmaBf16, float, float>(p, plan, q, k, v, g, beta, h0, o, ht, st);
     return launch<kGdnMmaTf32x3, float, float>(p, plan, q, k, v, g, beta, h0, o, ht, st);
+}
+
+cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int mma, int io,
+                          const void *q, const void *k, const void *v, const float *g,
+                          const float *beta, const float *h0, const void *dout, const float *dht,
+                          void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
+                          cudaStream_t st)
+{
+    if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0 || plan.hs == nullptr ||
+        (mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3))
+        return cudaErrorInvalidValue;
+    typedef __nv_bfloat16 bf16;
+    if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
+        return launch_bwd<kGdnMmaBf16, bf16, bf16>(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk,
+                                                   dv, dg, dbeta, dh0, st);
+    if (mma == kGdnMmaTf32x3 && io == kGdnIoBf16)
+        return launch_bwd<kGdnMmaTf32x3, bf16, bf16>(p, plan, q, k, v, g, beta, h0, dout, dht, dq,
+                                                     dk, dv, dg, dbeta, dh0, st);
+    if (mma == kGdnMmaBf16)
+        return launch_bwd<kGdnMmaBf16, float, float>(p, plan, q, k, v, g, beta, h0, dout, dht, dq,
+                                                     dk, dv, dg, dbeta, dh0, st);
+    return launch_bwd<kGdnMmaTf32x3, float, float>(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk,
+                                                   dv, dg, dbeta, dh0, st);
 }
 
 } // namespace qc

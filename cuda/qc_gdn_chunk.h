@@ -1,7 +1,8 @@
-/* qc_gdn_chunk.h: the chunked Gated DeltaNet forward on the device (cuda/qc_gdn_chunk.cu),
- * spec/attention.md [GDN-CHUNK]: o and the final FP32 state by chunks of 64 tokens with
- * tensor-core matmuls, varlen, GVA, initial state. Used by the gdn_fwd slot
- * (cuda/qc_gdn.cu, QSPEC_CUDA_GDN=chunk) and by cuda/bench/gdn_bench.cu on device arrays. */
+/* qc_gdn_chunk.h: the chunked Gated DeltaNet forward and backward on the device
+ * (cuda/qc_gdn_chunk.cu), spec/attention.md [GDN-CHUNK]: o and the final FP32 state, and the
+ * gradients of q, k, v, g, beta and h0, by chunks of 64 tokens with tensor-core matmuls,
+ * varlen, GVA, initial state. Used by the gdn_fwd and gdn_bwd slots (cuda/qc_gdn.cu,
+ * QSPEC_CUDA_GDN=chunk) and by cuda/bench/gdn_bench.cu on device arrays. */
 #ifndef QC_GDN_CHUNK_H
 #define QC_GDN_CHUNK_H
 
@@ -33,13 +34,19 @@ struct gdn_chunk_problem {
     const int32_t *cu; /* device cu_seqlens [nseq + 1], or NULL for dense */
 };
 
-/* The chunk table (first token and length of each chunk of each sequence) and the
- * workspace of W, U and the masked Q K^T of every chunk, FP32. */
+/* The chunk table (first token and length of each chunk of each sequence, sequence by
+ * sequence), the index of each sequence's first chunk, and the workspace of W, U and the
+ * masked Q K^T of every chunk, FP32. A backward plan adds the states before each chunk,
+ * the state gradients after each chunk and the value heads' dq̂, dk̂. */
 struct gdn_chunk_plan {
     int64_t nchunks = 0;
     int32_t *chunks = nullptr; /* device, 2 per chunk: first token, length */
+    int32_t *chunk0 = nullptr; /* device, nseq + 1: the first chunk of each sequence */
     float *ws = nullptr;
     size_t ws_floats = 0;
+    float *hs = nullptr;  /* backward: [hv][nchunks][dk][dv] the state before each chunk */
+    float *dhs = nullptr; /* backward: [hv][nchunks][dk][dv] the gradient of the state after */
+    float *dqk = nullptr; /* backward: [2][tokens][hv][dk] dq̂ then dk̂ of each value head */
 };
 
 /* dk and dv up to 128. */
@@ -47,6 +54,9 @@ bool gdn_chunk_fits(int64_t dk, int64_t dv);
 /* Builds plan from the host cu_seqlens (NULL: dense) and allocates its device memory. */
 cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_host,
                                 gdn_chunk_plan *plan);
+/* The same, with the backward's buffers (hs, dhs, dqk) too. */
+cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
+                                    gdn_chunk_plan *plan);
 void gdn_chunk_plan_free(gdn_chunk_plan *plan);
 /* o [tokens, hv, dv] and ht [nseq, hv, dk, dv] (may be NULL) from q, k [tokens, h, dk]
  * (already l2-normalized when the op asks for it), v [tokens, hv, dv], g, beta [tokens, hv]
@@ -54,6 +64,18 @@ void gdn_chunk_plan_free(gdn_chunk_plan *plan);
 cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int mma, int io,
                           const void *q, const void *k, const void *v, const float *g,
                           const float *beta, const float *h0, void *o, float *ht, cudaStream_t st);
+/* The backward of gdn_chunk_fwd (docs/gdn.md, "The chunked backward") on a backward plan,
+ * from dout [tokens, hv, dv] (of the io type) and dht (FP32, NULL: zeros): dq, dk [tokens, h,
+ * dk] (the sums over each q/k head's value heads [GDN-GVA], in increasing hv, of dq̂, dk̂;
+ * before any l2norm backward, which the caller applies), dv [tokens, hv, dv], dg, dbeta
+ * [tokens, hv] and dh0 [nseq, hv, dk, dv] (NULL: not wanted). dq and dk may both be NULL:
+ * then only plan.dqk holds them, per value head. Values of the io type are rounded to out_dt
+ * (kGdnIoF32) or BF16. kGdnMmaTf32x3 or kGdnMmaBf16 only. Asynchronous on stream st. */
+cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int mma, int io,
+                          const void *q, const void *k, const void *v, const float *g,
+                          const float *beta, const float *h0, const void *dout, const float *dht,
+                          void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
+                          cudaStream_t st);
 
 } // namespace qc
 

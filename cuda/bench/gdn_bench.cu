@@ -1,23 +1,29 @@
-/* gdn_bench.cu: the chunked Gated DeltaNet forward (cuda/qc_gdn_chunk.cu) on a GPU.
- *
+/* gdn_bench.cu: the chunked Gated DeltaNet forward and backward (cuda/qc_gdn_chunk.cu) on a
+ * GPU.
  * 1. Checks, before any timing: the chunk kernels with TF32x3 and with BF16 operands (FP32
  *    tiles), and the BF16-staged kernels (BF16 tiles and workspace, where dk = dv = 128),
  *    against the reference recurrence (libqspec qs_gdn_fwd, spec/attention.md
  *    [GDN-RECURRENCE]) on small dense and varlen problems with partial chunks, GVA, an
  *    initial state and head dims 128, 64/96 and 8/6; and the workspace (W, U and the
  *    masked Q K^T of every chunk) against a float64 evaluation of [GDN-CHUNK] on the host.
+ *    Then the chunked backward (gdn_chunk_bwd: TF32x3 and BF16 operands on FP32 arrays,
+ *    TF32x3 on BF16 arrays) against qs_gdn_bwd ([GDN-BWD]) on the same problems with h0,
+ *    dht and some gates at -30: relative RMS of dq, dk, dv, dg, dbeta and dh0.
  * 2. Timing of the shapes of the GDN speed goals (bf16 q, k, v, o; dk = dv = 128, 16 q/k
  *    heads; 64 value heads x 1 x 32768 and x 4 x 8192 tokens, 32 value heads x 8 x 1024):
  *    CUDA events, 3 warm-up calls, the median of 15. The FLOP count is that of the chunked
- *    algorithm as the kernels evaluate it, per token and value head:
- *    6 dk dv (W S, Q S, K^T Vn) + 2 C (3 dk + 2 dv) (K K^T, Q K^T, T K, T V, A Vn), C = 64.
- * 3. Accuracy on those shapes: relative RMS ||x - x_ref||_2 / ||x_ref||_2 of o and of the
- *    final state against an FP32 token-by-token recurrence computed on the GPU.
+ *    algorithm as the kernels evaluate it, per token and value head: forward
+ *    6 dk dv (W S, Q S, K^T Vn) + 2 C (3 dk + 2 dv) (K K^T, Q K^T, T K, T V, A Vn), C = 64;
+ *    backward 18 dk dv + C (18 dk + 12 dv) + 4 C^2 (bwd_flop below lists the matmuls).
+ * 3. Accuracy on those shapes: forward, relative RMS ||x - x_ref||_2 / ||x_ref||_2 of o and
+ *    of the final state against an FP32 token-by-token recurrence computed on the GPU;
+ *    backward, the BF16-operand path's gradients against the TF32x3 path's.
  * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
- * / 16, beta = sigmoid(N(0,1)), v ~ N(0,1), no initial state in the timed runs.
- * Usage: gdn_bench [--no-timing] [--skip-smem] [--profile]; --profile times only 64 value
- * heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1 when a check
- * fails. */
+ * / 16, beta = sigmoid(N(0,1)), v, dout ~ N(0,1), no initial state or dht in the timed runs.
+ * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile];
+ * --fwd-only and --bwd-only time one direction (every check still runs); --profile times
+ * only 64 value heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1
+ * when a check fails. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -154,13 +160,32 @@ struct check_case {
     std::vector<int32_t> cu;
 };
 
-void check_one(qs_ctx *ctx, const check_case &c)
+/* The host inputs of one check case: q, k l2-normalized rows of BF16 values, v BF16, g in
+ * [-0.3, 0] with zeros, beta in [0.05, 0.95], h0; for the backward also dout (BF16 values)
+ * and dht. The op's l2norm is off and dtype FP32: BF16 values, unrounded results, the
+ * sharpest comparison. */
+struct check_data {
+    int64_t T;
+    size_t nqk, nv, ng, ns;
+    std::vector<float> q, k, v, g, beta, h0, dout, dht;
+    qs_gdn_params p;
+};
+
+void make_data(const check_case &c, bool bwd, check_data &x)
 {
-    int64_t T = c.cu.empty() ? c.b * c.t : c.t;
-    size_t nqk = T * c.h * c.dk, nv = T * c.hv * c.dv, ng = T * c.hv, ns = c.b * c.hv * c.dk * c.dv;
-    std::vector<float> q(nqk), k(nqk), v(nv), g(ng), beta(ng), h0(ns);
-    for (size_t r = 0; r < (size_t)(T * c.h); r++) /* l2-normalized rows, BF16 values */
-        for (std::vector<float> *x : {&q, &k}) {
+    x.T = c.cu.empty() ? c.b * c.t : c.t;
+    x.nqk = x.T * c.h * c.dk;
+    x.nv = x.T * c.hv * c.dv;
+    x.ng = x.T * c.hv;
+    x.ns = c.b * c.hv * c.dk * c.dv;
+    x.q.resize(x.nqk);
+    x.k.resize(x.nqk);
+    x.v.resize(x.nv);
+    x.g.resize(x.ng);
+    x.beta.resize(x.ng);
+    x.h0.resize(x.ns);
+    for (size_t r = 0; r < (size_t)(x.T * c.h); r++) /* l2-normalized rows, BF16 values */
+        for (std::vector<float> *y : {&x.q, &x.k}) {
             double ss = 0;
             std::vector<float> row(c.dk);
             for (auto &e : row) {
@@ -168,28 +193,47 @@ void check_one(qs_ctx *ctx, const check_case &c)
                 ss += (double)e * e;
             }
             for (int64_t d = 0; d < c.dk; d++)
-                (*x)[r * c.dk + d] = bf16r((float)(row[d] / sqrt(ss + 1e-6)));
+                (*y)[r * c.dk + d] = bf16r((float)(row[d] / sqrt(ss + 1e-6)));
         }
-    for (auto &e : v)
+    for (auto &e : x.v)
         e = bf16r(gauss());
-    for (size_t e = 0; e < ng; e++) {
-        g[e] = e % 13 == 4 ? 0.0f : (float)(-0.3 * unif());
-        beta[e] = (float)(0.05 + 0.9 * unif());
+    for (size_t e = 0; e < x.ng; e++) {
+        x.g[e] = e % 13 == 4 ? 0.0f : (float)(-0.3 * unif());
+        x.beta[e] = (float)(0.05 + 0.9 * unif());
     }
-    for (auto &e : h0)
+    for (auto &e : x.h0)
         e = 0.5f * gauss();
-    qs_gdn_params p;
-    memset(&p, 0, sizeof p);
-    p.b = c.b;
-    p.t = c.t;
-    p.h = c.h;
-    p.hv = c.hv;
-    p.dk = c.dk;
-    p.dv = c.dv;
-    p.cu_seqlens = c.cu.empty() ? nullptr : c.cu.data();
-    p.scale = qs_rsqrtf((float)c.dk);
-    p.use_qk_l2norm = 0;
-    p.dtype = QS_FP32; /* BF16 values, o unrounded: the sharpest comparison */
+    if (bwd) {
+        x.dout.resize(x.nv);
+        x.dht.resize(x.ns);
+        for (auto &e : x.dout)
+            e = bf16r(gauss());
+        for (auto &e : x.dht)
+            e = 0.5f * gauss();
+        for (size_t e = 7; e < x.ng; e += 29) /* strongly negative gates */
+            x.g[e] = -30.0f;
+    }
+    memset(&x.p, 0, sizeof x.p);
+    x.p.b = c.b;
+    x.p.t = c.t;
+    x.p.h = c.h;
+    x.p.hv = c.hv;
+    x.p.dk = c.dk;
+    x.p.dv = c.dv;
+    x.p.cu_seqlens = c.cu.empty() ? nullptr : c.cu.data();
+    x.p.scale = qs_rsqrtf((float)c.dk);
+    x.p.use_qk_l2norm = 0;
+    x.p.dtype = QS_FP32;
+}
+
+void check_one(qs_ctx *ctx, const check_case &c)
+{
+    check_data x;
+    make_data(c, false, x);
+    int64_t T = x.T;
+    size_t nqk = x.nqk, nv = x.nv, ng = x.ng, ns = x.ns;
+    const std::vector<float> &q = x.q, &k = x.k, &v = x.v, &g = x.g, &beta = x.beta, &h0 = x.h0;
+    const qs_gdn_params &p = x.p;
     std::vector<float> ro(nv), rht(ns);
     if (qs_gdn_fwd(ctx, &p, q.data(), k.data(), v.data(), g.data(), beta.data(), h0.data(),
                    ro.data(), rht.data()) != QS_OK) {
@@ -299,6 +343,119 @@ void check_one(qs_ctx *ctx, const check_case &c)
         cudaFree(dcu);
 }
 
+/* ---------------------------------------------------------------- backward checks */
+
+/* A device copy of a host array (FP32, or BF16 when bf is set). */
+void *dev_copy(const std::vector<float> &x, bool bf)
+{
+    void *d;
+    CHECK_CUDA(cudaMalloc(&d, (x.size() + 1) * (bf ? 2 : 4)));
+    if (!bf) {
+        CHECK_CUDA(cudaMemcpy(d, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        return d;
+    }
+    std::vector<bf16> h(x.size());
+    for (size_t e = 0; e < x.size(); e++)
+        h[e] = __float2bfloat16_rn(x[e]);
+    CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* n values of a device array (FP32, or BF16 when bf is set) as FP32 on the host. */
+std::vector<float> host_copy(const void *d, size_t n, bool bf)
+{
+    std::vector<float> y(n);
+    if (!bf) {
+        CHECK_CUDA(cudaMemcpy(y.data(), d, n * 4, cudaMemcpyDeviceToHost));
+        return y;
+    }
+    std::vector<bf16> h(n);
+    CHECK_CUDA(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+    for (size_t e = 0; e < n; e++)
+        y[e] = __bfloat162float(h[e]);
+    return y;
+}
+
+/* gdn_chunk_bwd against qs_gdn_bwd (dtype FP32, BF16 values, no l2norm: the slot applies the
+ * l2norm backward on top, cuda/attn_check covers that) with h0 and dht, on each path:
+ * TF32x3 and BF16 operands with FP32 arrays, and TF32x3 with BF16 arrays (dq, dk, dv then
+ * rounded to BF16, so their bound is BF16's). Relative RMS of the six gradients. */
+void check_bwd_one(qs_ctx *ctx, const check_case &c)
+{
+    check_data x;
+    make_data(c, true, x);
+    std::vector<float> rdq(x.nqk), rdk(x.nqk), rdv(x.nv), rdg(x.ng), rdb(x.ng), rdh0(x.ns);
+    if (qs_gdn_bwd(ctx, &x.p, x.q.data(), x.k.data(), x.v.data(), x.g.data(), x.beta.data(),
+                   x.h0.data(), x.dout.data(), x.dht.data(), rdq.data(), rdk.data(), rdv.data(),
+                   rdg.data(), rdb.data(), rdh0.data()) != QS_OK) {
+        printf("check bwd %s: reference failed: %s\n", c.name, qs_ctx_errmsg(ctx));
+        g_fail++;
+        return;
+    }
+    int32_t *dcu = nullptr;
+    if (!c.cu.empty()) {
+        CHECK_CUDA(cudaMalloc(&dcu, c.cu.size() * 4));
+        CHECK_CUDA(cudaMemcpy(dcu, c.cu.data(), c.cu.size() * 4, cudaMemcpyHostToDevice));
+    }
+    qc::gdn_chunk_problem cp{c.b, c.t, x.T, c.h, c.hv, c.dk, c.dv, x.p.scale, QS_FP32, dcu};
+    qc::gdn_chunk_plan plan;
+    CHECK_CUDA(qc::gdn_chunk_plan_make_bwd(cp, x.p.cu_seqlens, &plan));
+    float *g = (float *)dev_copy(x.g, false), *beta = (float *)dev_copy(x.beta, false);
+    float *h0 = (float *)dev_copy(x.h0, false), *dht = (float *)dev_copy(x.dht, false);
+    float *dg, *db, *dh0;
+    CHECK_CUDA(cudaMalloc(&dg, x.ng * 4));
+    CHECK_CUDA(cudaMalloc(&db, x.ng * 4));
+    CHECK_CUDA(cudaMalloc(&dh0, x.ns * 4));
+    struct path {
+        int mma;
+        bool bf;
+        double lim, lim_io; /* the bound of dg, dbeta, dh0; of dq, dk, dv */
+    };
+    const path paths[3] = {{qc::kGdnMmaTf32x3, false, 1e-4, 1e-4},
+                           {qc::kGdnMmaBf16, false, 3e-2, 3e-2},
+                           {qc::kGdnMmaTf32x3, true, 1e-4, 4e-3}};
+    for (const path &pa : paths) {
+        void *q = dev_copy(x.q, pa.bf), *k = dev_copy(x.k, pa.bf), *v = dev_copy(x.v, pa.bf);
+        void *dout = dev_copy(x.dout, pa.bf), *dq, *dk, *dv;
+        size_t el = pa.bf ? 2 : 4;
+        CHECK_CUDA(cudaMalloc(&dq, x.nqk * el + 4));
+        CHECK_CUDA(cudaMalloc(&dk, x.nqk * el + 4));
+        CHECK_CUDA(cudaMalloc(&dv, x.nv * el + 4));
+        for (void *y : {dq, dk, dv}) /* NaN: an unwritten gradient shows */
+            CHECK_CUDA(cudaMemset(y, 0xff, (y == dv ? x.nv : x.nqk) * el));
+        for (float *y : {dg, db})
+            CHECK_CUDA(cudaMemset(y, 0xff, x.ng * 4));
+        CHECK_CUDA(cudaMemset(dh0, 0xff, x.ns * 4));
+        CHECK_CUDA(qc::gdn_chunk_bwd(cp, plan, pa.mma, pa.bf ? qc::kGdnIoBf16 : qc::kGdnIoF32, q, k,
+                                     v, g, beta, h0, dout, dht, dq, dk, dv, dg, db, dh0, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
+        std::vector<float> got[6] = {host_copy(dq, x.nqk, pa.bf), host_copy(dk, x.nqk, pa.bf),
+                                     host_copy(dv, x.nv, pa.bf),  host_copy(dg, x.ng, false),
+                                     host_copy(db, x.ng, false),  host_copy(dh0, x.ns, false)};
+        const std::vector<float> *ref[6] = {&rdq, &rdk, &rdv, &rdg, &rdb, &rdh0};
+        bool ok = true;
+        printf("check bwd %-26s %-6s %s io:", c.name, kMmaName[pa.mma], pa.bf ? "bf16" : "f32 ");
+        for (int a = 0; a < 6; a++) {
+            rel r;
+            r.add(got[a].data(), ref[a]->data(), got[a].size());
+            double lim = a < 3 ? pa.lim_io : pa.lim;
+            ok = ok && r.rrms() <= lim && !std::isnan(r.num);
+            printf(" %s %.2e", nm[a], r.rrms());
+        }
+        printf("  %s\n", ok ? "ok" : "FAIL");
+        fflush(stdout);
+        g_fail += ok ? 0 : 1;
+        for (void *y : {q, k, v, dout, dq, dk, dv})
+            cudaFree(y);
+    }
+    for (float *y : {g, beta, h0, dht, dg, db, dh0})
+        cudaFree(y);
+    qc::gdn_chunk_plan_free(&plan);
+    if (dcu)
+        cudaFree(dcu);
+}
+
 void checks(qs_ctx *ctx)
 {
     std::vector<check_case> cs = {
@@ -309,6 +466,8 @@ void checks(qs_ctx *ctx)
     };
     for (const auto &c : cs)
         check_one(ctx, c);
+    for (const auto &c : cs)
+        check_bwd_one(ctx, c);
 }
 
 /* ---------------------------------------------------------------- device data */
@@ -497,6 +656,110 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEventDestroy(e1);
 }
 
+/* FLOP per token and value head of the chunked backward as its kernels evaluate it (C = 64):
+ *   wy_kernel again: K K^T, Q K^T, T K, T V: 2 C (3 dk + dv);
+ *   state_kernel without o: W S, K^T Vn: 4 dk dv;
+ *   dstate_kernel: K dS', A^T dO, (E Q)^T dO, W^T dVn: 6 dk dv + 2 C dv;
+ *   grad_kernel: K K^T, dVn again, dO S^T, Vn dS'^T, dVn S^T, dO Vn^T, dVn (beta V)^T, T^T dVn,
+ *     dW (beta E K)^T, T^T dW, T^T dT, P T^T, dAs K, dAs^T Q, Bl K:
+ *     8 dk dv + C (12 dk + 8 dv) + 4 C^2.
+ * In all 18 dk dv + C (18 dk + 12 dv) + 4 C^2 (the solves and element-wise work left out). */
+double bwd_flop(int64_t tokens, int64_t hv, int64_t dk, int64_t dv)
+{
+    const double C = 64.0;
+    return (double)tokens * hv * (18.0 * dk * dv + C * (18.0 * dk + 12.0 * dv) + 4.0 * C * C);
+}
+
+/* The backward at a speed-goal shape (BF16 q, k, v, dout, dq, dk, dv; no h0, no dht): each
+ * path timed as the forward is; the BF16-operand path's gradients measured against the
+ * TF32x3 path's (FP32-accurate per the checks) as relative RMS. */
+void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
+{
+    const int64_t h = 16, D = 128, T = nseq * seq_t;
+    size_t nqk = T * h * D, nv = T * hv * D, ng = T * hv, ns = nseq * hv * D * D;
+    bf16 *q, *k, *v, *dout, *dq, *dk, *dv;
+    float *g, *beta, *dg, *db, *dh0, *ref[6], *wide[3];
+    CHECK_CUDA(cudaMalloc(&q, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&k, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&v, nv * 2));
+    CHECK_CUDA(cudaMalloc(&dout, nv * 2));
+    CHECK_CUDA(cudaMalloc(&dq, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&dk, nqk * 2));
+    CHECK_CUDA(cudaMalloc(&dv, nv * 2));
+    CHECK_CUDA(cudaMalloc(&g, ng * 4));
+    CHECK_CUDA(cudaMalloc(&beta, ng * 4));
+    CHECK_CUDA(cudaMalloc(&dg, ng * 4));
+    CHECK_CUDA(cudaMalloc(&db, ng * 4));
+    CHECK_CUDA(cudaMalloc(&dh0, ns * 4));
+    const size_t nref[6] = {nqk, nqk, nv, ng, ng, ns};
+    for (int a = 0; a < 6; a++)
+        CHECK_CUDA(cudaMalloc(&ref[a], nref[a] * 4));
+    for (int a = 0; a < 3; a++)
+        CHECK_CUDA(cudaMalloc(&wide[a], nref[a] * 4));
+    gen_qk<<<blocks(T * h), 256>>>(q, T * h, D, 11);
+    gen_qk<<<blocks(T * h), 256>>>(k, T * h, D, 12);
+    gen_v<<<blocks(nv), 256>>>(v, nv, 13);
+    gen_v<<<blocks(nv), 256>>>(dout, nv, 15);
+    gen_gb<<<blocks(ng), 256>>>(g, beta, ng, 14);
+    CHECK_CUDA(cudaGetLastError());
+    float scale = 1.0f / sqrtf((float)D);
+    qc::gdn_chunk_problem cp{nseq, seq_t, T, h, hv, D, D, scale, QS_BF16, nullptr};
+    qc::gdn_chunk_plan plan;
+    CHECK_CUDA(qc::gdn_chunk_plan_make_bwd(cp, nullptr, &plan));
+    double flop = bwd_flop(T, hv, D, D);
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16}) {
+        std::vector<float> ms;
+        for (int it = 0; it < (g_profile ? 4 : 18); it++) {
+            CHECK_CUDA(cudaEventRecord(e0));
+            CHECK_CUDA(qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr,
+                                         dout, nullptr, dq, dk, dv, dg, db, dh0, 0));
+            CHECK_CUDA(cudaEventRecord(e1));
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            float t;
+            CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+            if (it >= 3 || g_profile)
+                ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        double med = ms[ms.size() / 2];
+        const bf16 *io[3] = {dq, dk, dv};
+        float *f32[3] = {dg, db, dh0};
+        float **dst = mma == qc::kGdnMmaTf32x3 ? ref : wide;
+        for (int a = 0; a < 3; a++)
+            bf16_to_f32<<<blocks(nref[a]), 256>>>(io[a], dst[a], nref[a]);
+        if (mma == qc::kGdnMmaTf32x3)
+            for (int a = 0; a < 3; a++)
+                CHECK_CUDA(
+                    cudaMemcpy(ref[3 + a], f32[a], nref[3 + a] * 4, cudaMemcpyDeviceToDevice));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        printf("time gdn_bwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s",
+               kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
+               flop / (med * 1e-3) / 1e12);
+        if (mma == qc::kGdnMmaBf16) {
+            const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
+            const float *got[6] = {wide[0], wide[1], wide[2], dg, db, dh0};
+            printf("  vs tf32x3 rrms:");
+            for (int a = 0; a < 6; a++)
+                printf(" %s %.4f", nm[a], dev_rrms(got[a], ref[a], nref[a]));
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    qc::gdn_chunk_plan_free(&plan);
+    for (void *x : {(void *)q, (void *)k, (void *)v, (void *)dout, (void *)dq, (void *)dk,
+                    (void *)dv, (void *)g, (void *)beta, (void *)dg, (void *)db, (void *)dh0})
+        cudaFree(x);
+    for (float *x : ref)
+        cudaFree(x);
+    for (float *x : wide)
+        cudaFree(x);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -509,14 +772,19 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    bool timing = true;
+    bool timing = true, fwd = true, bwd = true;
     for (int i = 1; i < argc; i++) {
         timing = timing && strcmp(argv[i], "--no-timing") != 0;
         g_skip_smem = g_skip_smem || strcmp(argv[i], "--skip-smem") == 0;
         g_profile = g_profile || strcmp(argv[i], "--profile") == 0;
+        fwd = fwd && strcmp(argv[i], "--bwd-only") != 0;
+        bwd = bwd && strcmp(argv[i], "--fwd-only") != 0;
     }
     if (g_profile) { /* the long sequence only, for a profiler (ncu --launch-skip) */
-        time_shape(1, 32768, 64);
+        if (fwd)
+            time_shape(1, 32768, 64);
+        if (bwd)
+            time_bwd_shape(1, 32768, 64);
         return 0;
     }
     qs_ctx *ctx = qs_ctx_new();
@@ -524,12 +792,21 @@ int main(int argc, char **argv)
     qs_ctx_free(ctx);
     printf("gdn_bench: checks: %d failing\n", g_fail);
     fflush(stdout);
-    if (timing) {
+    if (timing && fwd) {
         printf("FLOP per token and value head: 6 dk dv + 2 C (3 dk + 2 dv), C = 64\n");
         time_shape(1, 1024, 32); /* warm-up of modules and clocks, printed too */
         time_shape(8, 1024, 32);
         time_shape(4, 8192, 64);
         time_shape(1, 32768, 64);
+    }
+    if (timing && bwd) {
+        printf("backward FLOP per token and value head: 18 dk dv + C (18 dk + 12 dv) + 4 C^2, "
+               "C = 64 (%.0f at dk = dv = 128)\n",
+               bwd_flop(1, 1, 128, 128));
+        time_bwd_shape(1, 1024, 32); /* warm-up, printed too */
+        time_bwd_shape(8, 1024, 32);
+        time_bwd_shape(4, 8192, 64);
+        time_bwd_shape(1, 32768, 64);
     }
     return g_fail ? 1 : 0;
 }
