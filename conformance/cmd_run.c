@@ -38,6 +38,7 @@ typedef struct run_opts {
     const char *certify; /* the package directory of a certification run */
     int update_digests;
     int quiet;
+    int timing; /* --timing: a TIME line per case [CASE-TIMING] */
     int jobs;
     int ranks;   /* --ranks: processes of a distributed run [CASE-RANKS] */
     int timeout; /* --timeout: seconds a case may take in a plugin's worker [CASE-TIMEOUT] */
@@ -78,8 +79,11 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
     for (; nin < c->ninputs && nin < 16 && st == QS_OK; nin++)
         st = qsk_input_generate(ctx, &c->inputs[nin], &inputs[nin]);
     int ref_runs = !(pl && c->self_only); /* [CASE-TIER-SELF] */
-    if (st == QS_OK && ref_runs)
+    if (st == QS_OK && ref_runs) {
+        double t_ref = now_seconds();
         st = op->run_ref(ctx, c, inputs, &ref);
+        r->ref_seconds = now_seconds() - t_ref;
+    }
     if (st != QS_OK) {
         qsk_result_fail(r, "the reference failed: %s", qs_ctx_errmsg(ctx));
     } else {
@@ -107,6 +111,18 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
     qsk_results_free(&got);
     *ref_keep = ref;
     r->seconds = now_seconds() - t0;
+}
+
+/* Prints what a case printed: its failure lines, then under --timing its TIME line. */
+static void print_case(const run_opts *o, const case_result *r)
+{
+    if (r->out)
+        fputs(r->out, stdout);
+    if (o->timing) {
+        char line[1024];
+        qsk_timing_text(r, line, sizeof line);
+        printf("TIME %s\n", line);
+    }
 }
 
 /* Rewrites the digests of one file from the reference outputs, atomically. */
@@ -171,8 +187,7 @@ static int run_sequential(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, co
             qsk_progress_show(&pg, j, sel[j]->id);
             run_case(ctx, sel[j], pl, o->update_digests, &rs[j], &refs[k]);
             qsk_progress_clear(&pg);
-            if (rs[j].out)
-                fputs(rs[j].out, stdout);
+            print_case(o, &rs[j]);
             j++;
         }
         if (o->update_digests && update_file(ctx, f, refs) != 0) {
@@ -203,8 +218,9 @@ static int write_all(int fd, const void *buf, size_t len)
 }
 
 /* The worker of --jobs: runs cases w, w+jobs, ... on the reference and writes one record
- * per case to fd: index, kind, message length, output length, microseconds taken, message,
- * output. (The reference alone compares nothing, so there are no histograms to pass.) */
+ * per case to fd: index, kind, message length, output length, microseconds taken, of them
+ * the reference's (UINT32_MAX when it did not run), message, output. (The reference alone compares
+ * nothing, so there are no histograms to pass.) */
 static void worker(qs_ctx *ctx, const qsk_case **sel, size_t n, int w, int jobs, int fd)
 {
     for (size_t j = (size_t)w; j < n; j += (size_t)jobs) {
@@ -212,9 +228,15 @@ static void worker(qs_ctx *ctx, const qsk_case **sel, size_t n, int w, int jobs,
         qsk_results ref;
         run_case(ctx, sel[j], NULL, 0, &r, &ref);
         qsk_results_free(&ref);
-        double us = r.seconds * 1e6;
-        uint32_t head[5] = {(uint32_t)j, (uint32_t)r.kind, (uint32_t)strlen(r.message),
-                            (uint32_t)r.outlen, us < 4e9 ? (uint32_t)us : UINT32_MAX};
+        double us = r.seconds * 1e6, ref_us = r.ref_seconds * 1e6;
+        uint32_t head[6] = {(uint32_t)j,
+                            (uint32_t)r.kind,
+                            (uint32_t)strlen(r.message),
+                            (uint32_t)r.outlen,
+                            us < 4e9 ? (uint32_t)us : UINT32_MAX - 1,
+                            ref_us < 0     ? UINT32_MAX
+                            : ref_us < 4e9 ? (uint32_t)ref_us
+                                           : UINT32_MAX - 1};
         if (write_all(fd, head, sizeof head) || write_all(fd, r.message, head[2]) ||
             write_all(fd, r.out ? r.out : "", head[3]))
             _exit(3);
@@ -229,7 +251,7 @@ static int parse_records(const char *buf, size_t len, const qsk_case **sel, size
 {
     size_t at = 0;
     while (at < len) {
-        uint32_t head[5];
+        uint32_t head[6];
         if (len - at < sizeof head)
             return 1;
         memcpy(head, buf + at, sizeof head);
@@ -241,6 +263,7 @@ static int parse_records(const char *buf, size_t len, const qsk_case **sel, size
         qsk_result_init(r, sel[head[0]]);
         r->kind = (qsk_res_kind)head[1];
         r->seconds = head[4] * 1e-6;
+        r->ref_seconds = head[5] == UINT32_MAX ? -1 : head[5] * 1e-6;
         memcpy(r->message, buf + at, head[2]);
         r->message[head[2]] = '\0';
         at += head[2];
@@ -394,8 +417,7 @@ static void run_isolated(qs_ctx *ctx, const run_opts *o, qsk_worker *w, case_res
         qsk_progress_clear(&pg);
         if (nranks > 1 && qsk_case_dist_ranks(w->sel[j]) == nranks)
             seq++; /* the ranks' distributed cases, counted alike on every rank */
-        if (rs[j].out)
-            fputs(rs[j].out, stdout);
+        print_case(o, &rs[j]);
     }
     qsk_worker_stop(w);
 }
@@ -540,9 +562,8 @@ static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const 
             fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
             io_failed = 1;
         }
-        for (size_t j = 0; j < n; j++)
-            if (rs[j].out)
-                fputs(rs[j].out, stdout);
+        for (size_t j = 0; !io_failed && j < n; j++)
+            print_case(o, &rs[j]);
     } else if (!io_failed) {
         io_failed = run_sequential(ctx, o, s, sel, n, NULL, rs);
     }
@@ -640,18 +661,11 @@ static int certify_check_opts(const run_opts *o, int npaths)
 
 static int run_run(int argc, char **argv)
 {
-    run_opts o = {"ref",
-                  NULL,
-                  NULL,
-                  NULL,
-                  NULL,
-                  NULL,
-                  0,
-                  0,
-                  1,
-                  1,
-                  QSK_DEFAULT_TIMEOUT,
-                  1 << QSK_TIER_DEFAULT};
+    run_opts o = {.backend = "ref",
+                  .jobs = 1,
+                  .ranks = 1,
+                  .timeout = QSK_DEFAULT_TIMEOUT,
+                  .tiers = 1 << QSK_TIER_DEFAULT};
     int i = 0, tier_given = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -713,6 +727,8 @@ static int run_run(int argc, char **argv)
             o.update_digests = 1;
         } else if (strcmp(a, "--quiet") == 0) {
             o.quiet = 1;
+        } else if (strcmp(a, "--timing") == 0) {
+            o.timing = 1;
         } else {
             return qsk_usage_error("run", "unknown option '%s'", a);
         }
@@ -759,8 +775,10 @@ const qsk_command qsk_cmd_run = {
     "run", "run conformance cases on a backend and report",
     "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--tier T]\n"
     "                 [--report-json FILE] [--junit FILE] [--html FILE] [--jobs N]\n"
-    "                 [--ranks N] [--timeout S] [--update-digests] [--quiet] [CASES...]\n"
+    "                 [--ranks N] [--timeout S] [--update-digests] [--quiet] [--timing]\n"
+    "                 [CASES...]\n"
     "       qspec run --certify PKGDIR [--backend B] [--jobs N] [--timeout S] [--quiet]\n"
+    "                 [--timing]\n"
     "                 [SUITE-DIR]\n\n"
     "Runs the conformance cases in CASES (files, or folders searched for *.yaml; by default\n"
     "the installed suite, or the folder QSPEC_CASES names). For every case the reference\n"
@@ -790,6 +808,9 @@ const qsk_command qsk_cmd_run = {
     "  --update-digests   rewrite the cases' golden digests from the reference (ref only)\n"
     "  --quiet            no progress line (on a terminal only: cases done of the total,\n"
     "                     the case running, the time since the run began)\n"
+    "  --timing           after each case a line 'TIME ID: ...': its wall time, the\n"
+    "                     reference's part, and on a plugin the time in each of its kernel\n"
+    "                     slots with the number of calls (the JSON report always has them)\n"
     "  --certify PKGDIR   a certification run: the cases of the suite's must-pass list\n"
     "                     (SUITE-DIR/certify.list; SUITE-DIR defaults to the installed\n"
     "                     suite), with no --filter, --update-digests or report options;\n"

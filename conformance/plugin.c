@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "fileio.h"
 #include "plugin.h"
@@ -220,90 +221,52 @@ qs_status qsk_plugin_discover(qs_ctx *ctx, char ***paths, size_t *count)
     return QS_OK;
 }
 
-/* ------------------------------------------------------------ one slot at a time */
+/* ------------------------------------------------------------ wrapped kernel slots */
+
+const char *const qsk_slot_names[QSK_NSLOTS] = {
+#define QSK_SLOT_NAME(slot, type) #slot,
+    QSK_KERNEL_SLOTS(QSK_SLOT_NAME)
+#undef QSK_SLOT_NAME
+};
+
+/* A wrapper's table: the plugin's identity, and for each kernel slot the plugin fills the
+ * wrapper's function of that slot (NULL where the plugin has none, so the capabilities
+ * read the same); the other slots are NULL. */
+static void wrap_table(qs_backend *w, const qs_backend *t, const qs_backend *fns)
+{
+    w->abi_version = t->abi_version;
+    w->struct_size = (uint32_t)sizeof *w;
+    w->name = t->name;
+    w->version = t->version;
+    w->caps = t->caps; /* device is left NULL: it would be handed the wrapper's state */
+#define QSK_WRAP_SLOT(slot, type) w->slot = t->slot ? fns->slot : NULL;
+    QSK_KERNEL_SLOTS(QSK_WRAP_SLOT)
+#undef QSK_WRAP_SLOT
+}
 
 /* The locking slots: take the mutex, call the plugin's slot with its own state, release. */
-static qs_status serial_quantize(void *state, const qs_quantize_args *a)
-{
-    qsk_plugin_serial *s = state;
-    pthread_mutex_lock(&s->mutex);
-    qs_status st = s->of->table->quantize(s->of->state, a);
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-}
-
-static qs_status serial_dequantize(void *state, const qs_dequantize_args *a)
-{
-    qsk_plugin_serial *s = state;
-    pthread_mutex_lock(&s->mutex);
-    qs_status st = s->of->table->dequantize(s->of->state, a);
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-}
-
-static qs_status serial_gemm(void *state, qs_gemm_args *a)
-{
-    qsk_plugin_serial *s = state;
-    pthread_mutex_lock(&s->mutex);
-    qs_status st = s->of->table->gemm(s->of->state, a);
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-}
-
-static qs_status serial_sdpa_fwd(void *state, qs_sdpa_args *a)
-{
-    qsk_plugin_serial *s = state;
-    pthread_mutex_lock(&s->mutex);
-    qs_status st = s->of->table->sdpa_fwd(s->of->state, a);
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-}
-
-static qs_status serial_sdpa_bwd(void *state, qs_sdpa_args *a)
-{
-    qsk_plugin_serial *s = state;
-    pthread_mutex_lock(&s->mutex);
-    qs_status st = s->of->table->sdpa_bwd(s->of->state, a);
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-}
-
-static qs_status serial_gdn_fwd(void *state, qs_gdn_args *a)
-{
-    qsk_plugin_serial *s = state;
-    pthread_mutex_lock(&s->mutex);
-    qs_status st = s->of->table->gdn_fwd(s->of->state, a);
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-}
-
-static qs_status serial_gdn_bwd(void *state, qs_gdn_args *a)
-{
-    qsk_plugin_serial *s = state;
-    pthread_mutex_lock(&s->mutex);
-    qs_status st = s->of->table->gdn_bwd(s->of->state, a);
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-}
+#define QSK_SERIAL_SLOT(slot, type)                                                                \
+    static qs_status serial_##slot(void *state, type a)                                            \
+    {                                                                                              \
+        qsk_plugin_serial *s = state;                                                              \
+        pthread_mutex_lock(&s->mutex);                                                             \
+        qs_status st = s->of->table->slot(s->of->state, a);                                        \
+        pthread_mutex_unlock(&s->mutex);                                                           \
+        return st;                                                                                 \
+    }
+QSK_KERNEL_SLOTS(QSK_SERIAL_SLOT)
+#undef QSK_SERIAL_SLOT
 
 qs_status qsk_plugin_serial_init(qsk_plugin_serial *s, const qsk_plugin *pl)
 {
+    static const qs_backend fns = {
+#define QSK_SERIAL_FN(slot, type) .slot = serial_##slot,
+        QSK_KERNEL_SLOTS(QSK_SERIAL_FN)
+#undef QSK_SERIAL_FN
+    };
     memset(s, 0, sizeof *s);
-    const qs_backend *t = pl->table;
     s->of = pl;
-    s->table.abi_version = t->abi_version;
-    s->table.struct_size = (uint32_t)sizeof s->table;
-    s->table.name = t->name;
-    s->table.version = t->version;
-    s->table.caps = t->caps;
-    s->table.device = t->device;
-    s->table.quantize = t->quantize ? serial_quantize : NULL;
-    s->table.dequantize = t->dequantize ? serial_dequantize : NULL;
-    s->table.gemm = t->gemm ? serial_gemm : NULL;
-    s->table.sdpa_fwd = t->sdpa_fwd ? serial_sdpa_fwd : NULL;
-    s->table.sdpa_bwd = t->sdpa_bwd ? serial_sdpa_bwd : NULL;
-    s->table.gdn_fwd = t->gdn_fwd ? serial_gdn_fwd : NULL;
-    s->table.gdn_bwd = t->gdn_bwd ? serial_gdn_bwd : NULL;
+    wrap_table(&s->table, pl->table, &fns);
     s->plugin = *pl;
     s->plugin.table = &s->table;
     s->plugin.state = s;
@@ -311,6 +274,73 @@ qs_status qsk_plugin_serial_init(qsk_plugin_serial *s, const qsk_plugin *pl)
         return QS_ERR_NOMEM;
     s->locked = 1;
     return QS_OK;
+}
+
+static double meter_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The metering slots: call the plugin's slot, add the call and its wall time. */
+#define QSK_METER_SLOT(slot, type)                                                                 \
+    static qs_status meter_##slot(void *state, type a)                                             \
+    {                                                                                              \
+        qsk_plugin_meter *m = state;                                                               \
+        double t0 = meter_now();                                                                   \
+        qs_status st = m->of->table->slot(m->of->state, a);                                        \
+        m->t[QSK_SLOT_##slot].calls++;                                                             \
+        m->t[QSK_SLOT_##slot].seconds += meter_now() - t0;                                         \
+        return st;                                                                                 \
+    }
+QSK_KERNEL_SLOTS(QSK_METER_SLOT)
+#undef QSK_METER_SLOT
+
+/* The distributed slots pass through unmetered, with the plugin's own state. */
+static qs_status meter_dist_id(void *state, void *id, size_t cap, size_t *len, char *why,
+                               size_t why_len)
+{
+    const qsk_plugin *of = ((qsk_plugin_meter *)state)->of;
+    return of->table->dist_id(of->state, id, cap, len, why, why_len);
+}
+
+static qs_status meter_dist_join(void *state, int nranks, int rank, const void *id, size_t len,
+                                 char *why, size_t why_len)
+{
+    const qsk_plugin *of = ((qsk_plugin_meter *)state)->of;
+    return of->table->dist_join(of->state, nranks, rank, id, len, why, why_len);
+}
+
+static qs_status meter_allreduce_amax(void *state, int64_t n, float *amax, char *why,
+                                      size_t why_len)
+{
+    const qsk_plugin *of = ((qsk_plugin_meter *)state)->of;
+    return of->table->allreduce_amax(of->state, n, amax, why, why_len);
+}
+
+void qsk_plugin_meter_init(qsk_plugin_meter *m, const qsk_plugin *pl)
+{
+    static const qs_backend fns = {
+#define QSK_METER_FN(slot, type) .slot = meter_##slot,
+        QSK_KERNEL_SLOTS(QSK_METER_FN)
+#undef QSK_METER_FN
+    };
+    const qs_backend *t = pl->table;
+    memset(m, 0, sizeof *m);
+    m->of = pl;
+    wrap_table(&m->table, t, &fns);
+    m->table.dist_id = t->dist_id ? meter_dist_id : NULL;
+    m->table.dist_join = t->dist_join ? meter_dist_join : NULL;
+    m->table.allreduce_amax = t->allreduce_amax ? meter_allreduce_amax : NULL;
+    m->plugin = *pl;
+    m->plugin.table = &m->table;
+    m->plugin.state = m;
+}
+
+void qsk_plugin_meter_reset(qsk_plugin_meter *m)
+{
+    memset(m->t, 0, sizeof m->t);
 }
 
 void qsk_plugin_serial_free(qsk_plugin_serial *s)

@@ -20,10 +20,32 @@ typedef struct qsk_plugin {
     char why[256];           /* when not usable: the reason */
 } qsk_plugin;
 
+/* The kernel slots a wrapper of a plugin passes through, as X(slot, argument type): the
+ * slots the engine and the ops call for a case. */
+#define QSK_KERNEL_SLOTS(X)                                                                        \
+    X(cast, const qs_cast_args *)                                                                  \
+    X(cast16, const qs_cast16_args *)                                                              \
+    X(quantize, const qs_quantize_args *)                                                          \
+    X(dequantize, const qs_dequantize_args *)                                                      \
+    X(gemm, qs_gemm_args *)                                                                        \
+    X(sdpa_fwd, qs_sdpa_args *)                                                                    \
+    X(sdpa_bwd, qs_sdpa_args *)                                                                    \
+    X(gdn_fwd, qs_gdn_args *)                                                                      \
+    X(gdn_bwd, qs_gdn_args *)
+
+enum {
+#define QSK_SLOT_ENUM(slot, type) QSK_SLOT_##slot,
+    QSK_KERNEL_SLOTS(QSK_SLOT_ENUM)
+#undef QSK_SLOT_ENUM
+        QSK_NSLOTS
+};
+/* The slots' names, in that order ("cast", ..., "gdn_bwd"). */
+extern const char *const qsk_slot_names[QSK_NSLOTS];
+
 /* A loaded plugin as the threads of simulated ranks share it [CASE-PROG-RANKS]: the same
- * table, with each kernel slot the engine calls (quantize, dequantize, gemm, sdpa_fwd/bwd,
- * gdn_fwd/bwd) run under one mutex, so a plugin need not be thread-safe. Its other slots
- * are NULL. plugin is the serialized plugin to hand to the engine; it borrows from s. */
+ * table, with each kernel slot run under one mutex, so a plugin need not be thread-safe.
+ * Its other slots are NULL. plugin is the serialized plugin to hand to the engine; it
+ * borrows from s. */
 typedef struct qsk_plugin_serial {
     qs_backend table;
     const qsk_plugin *of;
@@ -35,6 +57,28 @@ typedef struct qsk_plugin_serial {
 /* Fills s from pl; QS_ERR_NOMEM when the mutex cannot be made. */
 qs_status qsk_plugin_serial_init(qsk_plugin_serial *s, const qsk_plugin *pl);
 void qsk_plugin_serial_free(qsk_plugin_serial *s);
+
+/* The calls of one kernel slot and the wall time spent in them [CASE-TIMING]. */
+typedef struct qsk_slot_time {
+    uint32_t calls;
+    double seconds;
+} qsk_slot_time;
+
+/* A loaded plugin with its kernel slots metered [CASE-TIMING]: each call is counted and
+ * timed (wall time, from the call to its return: for a GPU backend whose slots return
+ * their results, the device's work and the copies). plugin is the metered plugin to hand
+ * to the ops and the engine; it borrows from m. Not thread-safe: simulated ranks reach it
+ * through a qsk_plugin_serial, whose mutex covers it. */
+typedef struct qsk_plugin_meter {
+    qs_backend table;
+    const qsk_plugin *of;
+    qsk_plugin plugin;
+    qsk_slot_time t[QSK_NSLOTS];
+} qsk_plugin_meter;
+
+void qsk_plugin_meter_init(qsk_plugin_meter *m, const qsk_plugin *pl);
+/* Sets every count and time to zero. */
+void qsk_plugin_meter_reset(qsk_plugin_meter *m);
 
 /* Resolves a backend name to the path of its shared object (malloc'd); QS_ERR_IO if no
  * file is found, with the places searched in the message. */

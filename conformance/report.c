@@ -106,6 +106,32 @@ void qsk_report_date(char date[32])
         snprintf(date, 32, "unknown");
 }
 
+/* [CASE-TIMING] A case's times: "seconds", "reference_seconds" (null when the reference did
+ * not run), and on a plugin "backend_seconds" and "slots", each slot that ran with its calls
+ * and seconds. */
+static void json_timing(FILE *fp, const qsk_case_result *c)
+{
+    fprintf(fp, "\"seconds\": %.6f, \"reference_seconds\": ", c->seconds);
+    if (c->ref_seconds < 0)
+        fputs("null", fp);
+    else
+        fprintf(fp, "%.6f", c->ref_seconds);
+    if (!c->metered)
+        return;
+    double total = 0;
+    for (int i = 0; i < QSK_NSLOTS; i++)
+        total += c->slots[i].seconds;
+    fprintf(fp, ", \"backend_seconds\": %.6f, \"slots\": {", total);
+    int first = 1;
+    for (int i = 0; i < QSK_NSLOTS; i++)
+        if (c->slots[i].calls) {
+            fprintf(fp, "%s\"%s\": {\"calls\": %u, \"seconds\": %.6f}", first ? "" : ", ",
+                    qsk_slot_names[i], c->slots[i].calls, c->slots[i].seconds);
+            first = 0;
+        }
+    fputs("}", fp);
+}
+
 void qsk_report_json(FILE *fp, const qsk_report *r)
 {
     fprintf(fp, "{\n  \"kit\": \"qspec\",\n  \"version\": \"%s\",\n  \"abi\": %u,\n  \"backend\": ",
@@ -138,6 +164,8 @@ void qsk_report_json(FILE *fp, const qsk_report *r)
         fprintf(fp, ", \"line\": %d, \"status\": \"%s\", \"message\": ", c->c->pos.line,
                 qsk_res_name(c->kind));
         qsk_json_string(fp, c->message);
+        fputs(", ", fp);
+        json_timing(fp, c);
         fputs(", \"rules\": [", fp);
         for (size_t k = 0; k < c->c->nrules; k++) {
             fputs(k ? ", " : "", fp);

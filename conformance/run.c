@@ -15,6 +15,7 @@ void qsk_result_init(qsk_case_result *r, const qsk_case *c)
     memset(r, 0, sizeof *r);
     r->c = c;
     r->kind = QSK_RES_PASS;
+    r->ref_seconds = -1;
 }
 
 void qsk_result_free(qsk_case_result *r)
@@ -172,4 +173,41 @@ void qsk_compare_outputs(const qsk_case *c, const qsk_results *ref, const qsk_re
             qsk_result_fail(r, "output=%s index=%zu expected=%s observed=%s mismatches=%zu/%zu",
                             o->name, cr.first, cr.expected, cr.observed, cr.mismatches, e->numel);
     }
+}
+
+void qsk_timing_text(const qsk_case_result *r, char *buf, size_t cap)
+{
+    size_t at = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        if (at < cap)                                                                              \
+            at += (size_t)snprintf(buf + at, cap - at, __VA_ARGS__);                               \
+    } while (0)
+    PUT("%s: %.3f s; ", r->c->id, r->seconds);
+    if (r->ref_seconds < 0)
+        PUT("reference not run");
+    else
+        PUT("reference %.3f s", r->ref_seconds);
+    if (r->metered) {
+        double total = 0;
+        unsigned long calls = 0;
+        int order[QSK_NSLOTS], n = 0;
+        for (int i = 0; i < QSK_NSLOTS; i++) {
+            total += r->slots[i].seconds;
+            calls += r->slots[i].calls;
+            if (r->slots[i].calls == 0)
+                continue;
+            int k = n++; /* insertion by time, longest first */
+            while (k > 0 && r->slots[order[k - 1]].seconds < r->slots[i].seconds) {
+                order[k] = order[k - 1];
+                k--;
+            }
+            order[k] = i;
+        }
+        PUT("; backend %.3f s in %lu slot call%s", total, calls, calls == 1 ? "" : "s");
+        for (int k = 0; k < n; k++)
+            PUT("%s %s %u x %.3f s", k ? "," : ":", qsk_slot_names[order[k]],
+                r->slots[order[k]].calls, r->slots[order[k]].seconds);
+    }
+#undef PUT
 }

@@ -28,9 +28,12 @@ typedef struct qsk_case_result {
     char message[512]; /* the first failure line's text, or why the case was skipped */
     char *out;         /* the case's failure lines as printed (malloc'd) */
     size_t outlen;
-    int lines;           /* failure lines recorded, shown or not */
-    double seconds;      /* wall time the case took */
-    qsk_out_fail *fails; /* malloc'd */
+    int lines;                       /* failure lines recorded, shown or not */
+    double seconds;                  /* wall time the case took */
+    double ref_seconds;              /* of which the reference's run; < 0 when it did not run */
+    int metered;                     /* a plugin ran the case: slots holds its kernel slots' time */
+    qsk_slot_time slots[QSK_NSLOTS]; /* [CASE-TIMING] */
+    qsk_out_fail *fails;             /* malloc'd */
     size_t nfails;
 } qsk_case_result;
 
@@ -53,6 +56,9 @@ void qsk_compare_outputs(const qsk_case *c, const qsk_results *ref, const qsk_re
                          qsk_case_result *r);
 /* The comparison of o as text ("allclose atol 1e-05 rtol 0.001"). */
 const char *qsk_cmp_text(const qsk_output *o, char *buf, size_t cap);
+/* [CASE-TIMING] One line of r's times: "ID: 28.1 s; reference not run; backend 20.3 s in
+ * 415 slot calls: gemm 240 x 5.102 s, ..." (slots that ran, longest first). */
+void qsk_timing_text(const qsk_case_result *r, char *buf, size_t cap);
 /* "pass", "fail" or "not_supported", as the JSON report writes a status. */
 const char *qsk_res_name(qsk_res_kind k);
 

@@ -29,6 +29,9 @@ typedef struct request {
 
 typedef struct result_head {
     uint32_t kind, lines, msglen, outlen, nfails;
+    int32_t metered;
+    double ref_seconds;
+    qsk_slot_time slots[QSK_NSLOTS]; /* [CASE-TIMING] */
 } result_head;
 
 static double now_s(void)
@@ -126,8 +129,16 @@ static int send_frame(int fd, frame *f)
 static int send_result(int fd, const qsk_case_result *r)
 {
     frame f = {0};
-    result_head h = {(uint32_t)r->kind, (uint32_t)r->lines, (uint32_t)strlen(r->message),
-                     (uint32_t)r->outlen, (uint32_t)r->nfails};
+    result_head h;
+    memset(&h, 0, sizeof h);
+    h.kind = (uint32_t)r->kind;
+    h.lines = (uint32_t)r->lines;
+    h.msglen = (uint32_t)strlen(r->message);
+    h.outlen = (uint32_t)r->outlen;
+    h.nfails = (uint32_t)r->nfails;
+    h.metered = r->metered;
+    h.ref_seconds = r->ref_seconds;
+    memcpy(h.slots, r->slots, sizeof h.slots);
     put(&f, &h, sizeof h);
     put(&f, r->message, h.msglen);
     put(&f, r->out ? r->out : "", h.outlen);
@@ -171,12 +182,17 @@ static void worker_main(qsk_worker *w, int in, int out)
     put_str(&f, why);
     if (send_frame(out, &f) != 0 || !ok)
         _exit(0);
+    qsk_plugin_meter meter; /* [CASE-TIMING] */
+    qsk_plugin_meter_init(&meter, &p);
     request q;
     while (read_all(in, &q, sizeof q) == 0 && q.index != STOP_INDEX && q.index < w->n) {
         qsk_case_result r;
         qsk_ranks_self()->seq = q.seq;
         qs_ctx_clear_error(ctx);
-        w->fn(ctx, &p, w->sel[q.index], &r);
+        qsk_plugin_meter_reset(&meter);
+        w->fn(ctx, &meter.plugin, w->sel[q.index], &r);
+        r.metered = 1;
+        memcpy(r.slots, meter.t, sizeof r.slots);
         int bad = send_result(out, &r);
         qsk_result_free(&r);
         if (bad)
@@ -384,6 +400,9 @@ static int parse_result(const char *buf, size_t len, const qsk_case *c, qsk_case
     const char *p = buf + sizeof h;
     r->kind = (qsk_res_kind)h.kind;
     r->lines = (int)h.lines;
+    r->metered = h.metered != 0;
+    r->ref_seconds = h.ref_seconds;
+    memcpy(r->slots, h.slots, sizeof r->slots);
     memcpy(r->message, p, h.msglen);
     r->message[h.msglen] = '\0';
     p += h.msglen;

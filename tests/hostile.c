@@ -1,7 +1,8 @@
 /* hostile.c: the example plugin of docs/examples made hostile, to test that the kit isolates
  * plugins ([CASE-ISOLATE], [CASE-TIMEOUT]). QSTEST_HOSTILE says what it does in its first
  * cast or quantize call of the run: `exit` (exit(0), as a plugin that tears the process down
- * would), `segv` (raises SIGSEGV) or `hang` (sleeps for good); QSTEST_HOSTILE_MARK names a
+ * would), `segv` (raises SIGSEGV), `hang` (sleeps for good) or `slow` (sleeps 700 ms, then
+ * does its work: a slot whose time the kit must see, [CASE-TIMING]); QSTEST_HOSTILE_MARK names a
  * file it creates then, so that it misbehaves once: the cases after it run normally in a
  * fresh worker. QSTEST_HOSTILE_OPEN=segv makes it crash in open instead.
  * QSTEST_HOSTILE_NAME gives the table that name (a plugin that calls itself "ref"), and
@@ -33,6 +34,8 @@ static void misbehave(void)
     if (strcmp(what, "hang") == 0)
         for (;;)
             ex_sleep_ms(1000);
+    if (strcmp(what, "slow") == 0)
+        ex_sleep_ms(700);
 }
 
 static qs_status hostile_cast(void *state, const qs_cast_args *args)
