@@ -217,65 +217,56 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-/* The worker of --jobs: runs cases w, w+jobs, ... on the reference and writes one record
- * per case to fd: index, kind, message length, output length, microseconds taken, of them
- * the reference's (UINT32_MAX when it did not run), message, output. (The reference alone compares
- * nothing, so there are no histograms to pass.) */
-static void worker(qs_ctx *ctx, const qsk_case **sel, size_t n, int w, int jobs, int fd)
+/* A process of --jobs: runs cases w, w+jobs, ... and writes each result to fd as the case's
+ * index (32 bits) and its result frame (worker.h). On the reference it runs them itself;
+ * with a plugin (pw, a copy of the kit's worker settings) through a worker process of its
+ * own, so the plugin still never runs in a process of the kit's [CASE-ISOLATE]. */
+static void jobs_process(qs_ctx *ctx, const qsk_case **sel, size_t n, int w, int jobs,
+                         const qsk_worker *pw, int fd)
 {
+    qsk_worker own;
+    if (pw) {
+        own = *pw;
+        own.pid = 0;
+        own.started = 0;
+    }
     for (size_t j = (size_t)w; j < n; j += (size_t)jobs) {
         case_result r;
-        qsk_results ref;
-        run_case(ctx, sel[j], NULL, 0, &r, &ref);
-        qsk_results_free(&ref);
-        double us = r.seconds * 1e6, ref_us = r.ref_seconds * 1e6;
-        uint32_t head[6] = {(uint32_t)j,
-                            (uint32_t)r.kind,
-                            (uint32_t)strlen(r.message),
-                            (uint32_t)r.outlen,
-                            us < 4e9 ? (uint32_t)us : UINT32_MAX - 1,
-                            ref_us < 0     ? UINT32_MAX
-                            : ref_us < 4e9 ? (uint32_t)ref_us
-                                           : UINT32_MAX - 1};
-        if (write_all(fd, head, sizeof head) || write_all(fd, r.message, head[2]) ||
-            write_all(fd, r.out ? r.out : "", head[3]))
+        if (pw) {
+            qsk_worker_run(ctx, &own, j, 0, &r, NULL, NULL);
+        } else {
+            qsk_results ref;
+            run_case(ctx, sel[j], NULL, 0, &r, &ref);
+            qsk_results_free(&ref);
+        }
+        uint32_t index = (uint32_t)j;
+        if (write_all(fd, &index, sizeof index) || qsk_result_send(fd, &r))
             _exit(3);
         qsk_result_free(&r);
     }
+    if (pw)
+        qsk_worker_stop(&own);
     _exit(0);
 }
 
-/* Parses the records a worker wrote into rs; returns nonzero if they are malformed. */
+/* Parses the records a --jobs process wrote into rs; returns nonzero if they are malformed. */
 static int parse_records(const char *buf, size_t len, const qsk_case **sel, size_t n,
                          case_result *rs)
 {
     size_t at = 0;
     while (at < len) {
-        uint32_t head[6];
+        uint32_t head[2]; /* the case's index, its frame's length */
         if (len - at < sizeof head)
             return 1;
         memcpy(head, buf + at, sizeof head);
         at += sizeof head;
-        if (head[0] >= n || head[1] > QSK_RES_SKIP || head[2] >= sizeof rs->message ||
-            len - at < (size_t)head[2] + head[3])
+        if (head[0] >= n || len - at < head[1])
             return 1;
         case_result *r = &rs[head[0]];
         qsk_result_init(r, sel[head[0]]);
-        r->kind = (qsk_res_kind)head[1];
-        r->seconds = head[4] * 1e-6;
-        r->ref_seconds = head[5] == UINT32_MAX ? -1 : head[5] * 1e-6;
-        memcpy(r->message, buf + at, head[2]);
-        r->message[head[2]] = '\0';
-        at += head[2];
-        if (head[3]) {
-            r->out = malloc((size_t)head[3] + 1);
-            if (!r->out)
-                return 1;
-            memcpy(r->out, buf + at, head[3]);
-            r->out[head[3]] = '\0';
-            r->outlen = head[3];
-        }
-        at += head[3];
+        if (qsk_result_parse(buf + at, head[1], sel[head[0]], r) != 0)
+            return 1;
+        at += head[1];
     }
     return 0;
 }
@@ -308,9 +299,11 @@ static int drain(worker_pipe *wp)
     return 0;
 }
 
-/* --jobs N: runs the selected cases on N worker processes at once and gathers their
- * records, so the report is the same, line for line, as a run in one process. */
-static int run_parallel(qs_ctx *ctx, const qsk_case **sel, size_t n, int jobs, case_result *rs)
+/* --jobs N: runs the selected cases on N processes at once (each with a plugin worker of its
+ * own when pw is set) and gathers their records, so the report is the same, line for line,
+ * as a run in one process. */
+static int run_parallel(qs_ctx *ctx, const qsk_case **sel, size_t n, int jobs,
+                        const qsk_worker *pw, case_result *rs)
 {
     fflush(stdout);
     worker_pipe *wp = calloc((size_t)jobs, sizeof *wp);
@@ -333,7 +326,7 @@ static int run_parallel(qs_ctx *ctx, const qsk_case **sel, size_t n, int jobs, c
             close(fds[0]);
             for (int w = 0; w < started; w++)
                 close(wp[w].fd);
-            worker(ctx, sel, n, started, jobs, fds[1]);
+            jobs_process(ctx, sel, n, started, jobs, pw, fds[1]);
         }
         close(fds[1]);
         wp[started] = (worker_pipe){fds[0], pid, NULL, 0, 0};
@@ -556,9 +549,19 @@ static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const 
         rep->backend_name = w.name;
         rep->backend_version = w.version;
         rep->device = w.device;
-        run_isolated(ctx, o, &w, rs);
+        if (o->jobs > 1) { /* the first worker said who the backend is; each process starts its own */
+            qsk_worker_stop(&w);
+            if (run_parallel(ctx, sel, n, o->jobs, &w, rs) != 0) {
+                fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
+                io_failed = 1;
+            }
+            for (size_t j = 0; !io_failed && j < n; j++)
+                print_case(o, &rs[j]);
+        } else {
+            run_isolated(ctx, o, &w, rs);
+        }
     } else if (!io_failed && o->jobs > 1) {
-        if (run_parallel(ctx, sel, n, o->jobs, rs) != 0) {
+        if (run_parallel(ctx, sel, n, o->jobs, NULL, rs) != 0) {
             fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
             io_failed = 1;
         }
@@ -750,9 +753,9 @@ static int run_run(int argc, char **argv)
         if (outs[k][1] && qsk_check_out_path(outs[k][1], k == 3, why, sizeof why) != 0)
             return qsk_usage_error("run", "%s: %s", outs[k][0], why);
     }
-    if (o.jobs > 1 && (o.update_digests || strcmp(o.backend, "ref") != 0))
-        return qsk_usage_error("run", "--jobs runs the reference backend in worker processes: it "
-                                      "does not combine with --backend or --update-digests");
+    if (o.jobs > 1 && o.update_digests)
+        return qsk_usage_error("run", "--jobs does not combine with --update-digests: the digests "
+                                      "of a file are rewritten in one process");
     if (o.update_digests && strcmp(o.backend, "ref") != 0)
         return qsk_usage_error(
             "run", "--update-digests takes the reference's outputs: use it with --backend ref");
@@ -796,7 +799,8 @@ const qsk_command qsk_cmd_run = {
     "  --junit F          write the results as JUnit XML to F\n"
     "  --html F           write a self-contained HTML report to F, with an error histogram\n"
     "                     for every output that failed its comparison\n"
-    "  --jobs N, -j N     run the reference on N worker processes (the report is the same)\n"
+    "  --jobs N, -j N     run the cases on N processes at once, each with a worker of its\n"
+    "                     own for a plugin (the report is the same, in the same order)\n"
     "  --ranks N          run a plugin backend as N processes, one per rank (device), joined\n"
     "                     through its distributed slots: the distributed cases of N ranks run\n"
     "                     on all of them, the other cases on rank 0, which reports; a case of\n"

@@ -30,7 +30,7 @@ typedef struct request {
 typedef struct result_head {
     uint32_t kind, lines, msglen, outlen, nfails;
     int32_t metered;
-    double ref_seconds;
+    double seconds, ref_seconds;
     qsk_slot_time slots[QSK_NSLOTS]; /* [CASE-TIMING] */
 } result_head;
 
@@ -126,7 +126,7 @@ static int send_frame(int fd, frame *f)
     return rc;
 }
 
-static int send_result(int fd, const qsk_case_result *r)
+int qsk_result_send(int fd, const qsk_case_result *r)
 {
     frame f = {0};
     result_head h;
@@ -137,6 +137,7 @@ static int send_result(int fd, const qsk_case_result *r)
     h.outlen = (uint32_t)r->outlen;
     h.nfails = (uint32_t)r->nfails;
     h.metered = r->metered;
+    h.seconds = r->seconds;
     h.ref_seconds = r->ref_seconds;
     memcpy(h.slots, r->slots, sizeof h.slots);
     put(&f, &h, sizeof h);
@@ -193,7 +194,7 @@ static void worker_main(qsk_worker *w, int in, int out)
         w->fn(ctx, &meter.plugin, w->sel[q.index], &r);
         r.metered = 1;
         memcpy(r.slots, meter.t, sizeof r.slots);
-        int bad = send_result(out, &r);
+        int bad = qsk_result_send(out, &r);
         qsk_result_free(&r);
         if (bad)
             _exit(3);
@@ -386,8 +387,7 @@ qs_status qsk_worker_start(qs_ctx *ctx, qsk_worker *w)
     return st;
 }
 
-/* Fills r from a result frame; nonzero when the frame is malformed. */
-static int parse_result(const char *buf, size_t len, const qsk_case *c, qsk_case_result *r)
+int qsk_result_parse(const char *buf, size_t len, const qsk_case *c, qsk_case_result *r)
 {
     result_head h;
     if (len < sizeof h)
@@ -401,6 +401,7 @@ static int parse_result(const char *buf, size_t len, const qsk_case *c, qsk_case
     r->kind = (qsk_res_kind)h.kind;
     r->lines = (int)h.lines;
     r->metered = h.metered != 0;
+    r->seconds = h.seconds;
     r->ref_seconds = h.ref_seconds;
     memcpy(r->slots, h.slots, sizeof r->slots);
     memcpy(r->message, p, h.msglen);
@@ -470,7 +471,7 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
     char *buf = NULL;
     size_t len = 0;
     int rr = read_frame(w->from_fd, t0 + w->timeout_s, &buf, &len, tick, tick_arg);
-    if (rr == 0 && parse_result(buf, len, c, r) == 0) {
+    if (rr == 0 && qsk_result_parse(buf, len, c, r) == 0) {
         free(buf);
         r->seconds = now_s() - t0;
         return;

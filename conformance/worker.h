@@ -47,6 +47,13 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
                     void (*tick)(void *), void *tick_arg);
 /* Asks the worker to close the plugin and exit, and reaps it (killed after the timeout). */
 void qsk_worker_stop(qsk_worker *w);
+/* A case's result as a frame (a 32-bit length, then the record: status, lines, times,
+ * failed outputs by their index in the case) written to fd, as a worker sends it and as a
+ * --jobs process hands results to the kit; nonzero on a write error. */
+int qsk_result_send(int fd, const qsk_case_result *r);
+/* Fills r (started with qsk_result_init) from one frame's record of len bytes for case c;
+ * nonzero when it is malformed. */
+int qsk_result_parse(const char *buf, size_t len, const qsk_case *c, qsk_case_result *r);
 /* The reason a process ended, from its wait status: "crashed: signal 11 (Segmentation
  * fault)" or "exited with status 0". */
 void qsk_wait_text(int status, char *buf, size_t cap);

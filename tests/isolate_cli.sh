@@ -41,6 +41,20 @@ for what in "exit:exited with status 0 during the case" \
     expect_true "run/$how: the HTML report is written" grep -q "1 passed, 1 failed, $((n - 2)) skipped" "$QST_TMP/r.html"
 done
 
+# --jobs 2: each process runs its cases in a worker of its own; one that crashes or hangs
+# fails its case, and the other process's cases and the rest of its own still run
+for what in "segv:crashed: signal 11 \\([A-Za-z ]+\\) during the case" \
+    "hang:timed out after 2 s \\(--timeout\\) during the case; it was killed"; do
+    how=${what%%:*} msg=${what#*:}
+    rm -f "$QST_TMP/mark" "$QST_TMP/r.json"
+    expect_status "run --jobs 2: a worker that does '$how' in a slot fails the run" 1 env QSTEST_HOSTILE="$how" \
+        QSTEST_HOSTILE_MARK="$QST_TMP/mark" "$QSPEC" run --jobs 2 --timeout 2 --backend "$HOSTILE" \
+        --report-json "$QST_TMP/r.json" "$CASES"
+    expect_out "run --jobs 2/$how: one case fails with the reason" "^FAIL fmt\\.e4m3\\.[^ ]+ seed=[0-9]+ the backend's worker $msg \\["
+    expect_out "run --jobs 2/$how: the other cases ran" "^1 passed, 1 failed, $((n - 2)) skipped$"
+    expect_true "run --jobs 2/$how: the JSON report holds every case" test "$(grep -c '^    {"id": ' "$QST_TMP/r.json")" -eq "$n"
+done
+
 # [CASE-CERTIFY-PACKAGE] a certification needs every must-pass case completed in a live worker
 mkdir "$QST_TMP/suite"
 cp "$CASES" "$QS_SRCDIR/conformance/cases/recipes-current.yaml" "$QST_TMP/suite/"

@@ -112,6 +112,15 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ]; then
     grep '"status": "fail"' "$QST_TMP/pl.json" | sed 's/.*"id": "\([^"]*\)".*/\1/' | sort >"$QST_TMP/failed"
     expect_true "there are current-scaling cases it must fail" test -s "$QST_TMP/expected_fail"
     expect_true "it fails exactly the cases covering the planted quantizer" cmp -s "$QST_TMP/expected_fail" "$QST_TMP/failed"
+    # --jobs with a plugin: each process its own worker; the same lines and results
+    "$QSPEC" run --quiet --backend "$PLANTED" "$SUITE" >"$QST_TMP/pl_seq.txt" || true
+    expect_status "the planted copy under --jobs 3" 1 "$QSPEC" run --quiet --jobs 3 --backend "$PLANTED" \
+        --report-json "$QST_TMP/pl3.json" --html "$QST_TMP/pl3.html" "$SUITE"
+    expect_true "--jobs 3 prints what one worker prints, line for line" cmp -s "$QST_TMP/pl_seq.txt" "$QST_TMP/out"
+    grep '"status": "fail"' "$QST_TMP/pl3.json" | sed 's/.*"id": "\([^"]*\)".*/\1/' | sort >"$QST_TMP/failed3"
+    expect_true "--jobs 3 fails the same cases" cmp -s "$QST_TMP/failed" "$QST_TMP/failed3"
+    expect_true "--jobs 3: the failed outputs' histograms reach the HTML report" \
+        test "$(grep -c 'class="hist"' "$QST_TMP/pl3.html")" -gt 0
     expect_status "the planted copy writes JUnit XML" 1 "$QSPEC" run --quiet --backend "$PLANTED" --junit "$QST_TMP/j.xml" --filter 'rec.current.*' "$SUITE"
     nfail=$(grep -c '^rec\.current\.' "$QST_TMP/failed")
     expect_true "JUnit counts the failures" grep -q "failures=\"$nfail\" errors=\"0\" skipped=\"0\"" "$QST_TMP/j.xml"
