@@ -302,8 +302,8 @@ static int drain(worker_pipe *wp)
 /* --jobs N: runs the selected cases on N processes at once (each with a plugin worker of its
  * own when pw is set) and gathers their records, so the report is the same, line for line,
  * as a run in one process. */
-static int run_parallel(qs_ctx *ctx, const qsk_case **sel, size_t n, int jobs,
-                        const qsk_worker *pw, case_result *rs)
+static int run_parallel(qs_ctx *ctx, const qsk_case **sel, size_t n, int jobs, const qsk_worker *pw,
+                        case_result *rs)
 {
     fflush(stdout);
     worker_pipe *wp = calloc((size_t)jobs, sizeof *wp);
@@ -549,7 +549,8 @@ static int run_loaded(qs_ctx *ctx, const run_opts *o, const qsk_suite *s, const 
         rep->backend_name = w.name;
         rep->backend_version = w.version;
         rep->device = w.device;
-        if (o->jobs > 1) { /* the first worker said who the backend is; each process starts its own */
+        if (o->jobs >
+            1) { /* the first worker said who the backend is; each process starts its own */
             qsk_worker_stop(&w);
             if (run_parallel(ctx, sel, n, o->jobs, &w, rs) != 0) {
                 fprintf(stderr, "qspec run: %s\n", qs_ctx_errmsg(ctx));
