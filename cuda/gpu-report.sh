@@ -1,0 +1,85 @@
+#!/bin/bash
+# gpu-report.sh OUTDIR [SECONDS]: everything the CUDA backend is judged by on a GPU machine,
+# in one run of at most SECONDS (default 3000), from a build tree where `make` and
+# `make gpu-tools` ran (run it from that tree, or set QSPEC_BUILD). It writes OUTDIR/:
+#   summary.txt     one line per step: what ran, its exit status and wall time, and the
+#                   last line it printed
+#   suite.txt/.json the default suite on the plugin (reference-order kernels), --timing
+#   suite-fast.*    the same with QSPEC_CUDA_SDPA=flash QSPEC_CUDA_GDN=chunk
+#   large.txt/.json the large tier (fast kernels), --timing: each case's GPU time
+#   checks.txt      cuda/attn_check (the reference-order slots bitwise, the chunked GDN
+#                   slots against the reference) and gemm_bench's agreement rows
+#   bench.txt       attn_bench, gdn_bench and their peers (attn_peer.py, gdn_peer.py),
+#                   quantizer bench and peer.py, gemm_bench's throughput
+# Correctness steps share the machine (several processes, one GPU); the timed steps run
+# alone, last. A step that would pass the budget is cut (timeout) and says so.
+# Environment: JOBS (default: the number of CPUs, at most 8) processes for the suites,
+# PYTHON (default python3) for the peers.
+set -u
+OUT=${1:?usage: gpu-report.sh OUTDIR [SECONDS]}
+BUDGET=${2:-3000}
+B=${QSPEC_BUILD:-$PWD}
+S=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-$(n=$(nproc 2>/dev/null || echo 2); [ "$n" -gt 8 ] && n=8; echo "$n")}
+Q=$B/qspec
+[ -x "$Q" ] || { echo "gpu-report.sh: no $Q: run it from a build tree (or set QSPEC_BUILD)" >&2; exit 2; }
+mkdir -p "$OUT" || exit 2
+export QSPEC_BACKEND_PATH="$B/cuda${QSPEC_BACKEND_PATH:+:$QSPEC_BACKEND_PATH}"
+t0=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - t0))); }
+# step NAME FILE SHARE CMD...: runs CMD with stdout and stderr appended to OUTDIR/FILE, for at
+# most SHARE percent of the whole budget and never past its end
+step() {
+    local name=$1 file=$2 share=$3 s rc lim
+    shift 3
+    lim=$((BUDGET * share / 100))
+    [ "$lim" -gt "$(left)" ] && lim=$(left)
+    if [ "$(left)" -lt 5 ]; then
+        echo "$name: not run (the budget of $BUDGET s is spent)" >>"$OUT/summary.txt"
+        return
+    elif [ "$lim" -lt 5 ]; then
+        echo "$name: not run (its share of the budget, $lim s, is too short)" >>"$OUT/summary.txt"
+        return
+    fi
+    echo "== $name" >>"$OUT/$file"
+    s=$(date +%s)
+    timeout "$lim" "$@" >>"$OUT/$file" 2>&1
+    rc=$?
+    [ $rc -eq 124 ] && echo "(cut after $lim s)" >>"$OUT/$file"
+    echo "$name: exit $rc in $(($(date +%s) - s)) s: $(grep -v '^$' "$OUT/$file" | tail -n 1)" >>"$OUT/summary.txt"
+}
+{
+    echo "gpu-report.sh $(date -u +%Y-%m-%dT%H:%M:%SZ), budget $BUDGET s, $JOBS processes"
+    nvidia-smi -L 2>&1
+    "$Q" version
+    "$Q" backends cuda 2>&1
+} >"$OUT/summary.txt"
+fast=(QSPEC_CUDA_SDPA=flash QSPEC_CUDA_GDN=chunk)
+
+# correctness, side by side: the suites (their reference runs are CPU work), the large tier,
+# the slot checks
+(
+    step "suite (reference-order kernels)" suite.txt 30 "$Q" run --backend cuda --jobs "$JOBS" \
+        --timing --quiet --report-json "$OUT/suite.json" "$S/conformance/cases"
+    step "suite (${fast[*]})" suite-fast.txt 20 env "${fast[@]}" "$Q" run --backend cuda --jobs "$JOBS" \
+        --timing --quiet --report-json "$OUT/suite-fast.json" "$S/conformance/cases"
+) &
+A=$!
+step "large tier (${fast[*]})" large.txt 60 env "${fast[@]}" "$Q" run --backend cuda --tier large \
+    --jobs 3 --timeout 1800 --timing --quiet --report-json "$OUT/large.json" "$S/conformance/cases/large"
+wait $A
+step "attn_check" checks.txt 10 "$B/cuda/attn_check" --no-timing
+step "attn_check (QSPEC_CUDA_GDN=chunk)" checks.txt 5 env QSPEC_CUDA_GDN=chunk "$B/cuda/attn_check" --no-timing
+step "gemm_bench agreement" checks.txt 5 "$B/cuda/bench/gemm_bench" 256 256 256 --agreement-block
+
+# timings, alone on the GPU
+step "attn_bench" bench.txt 5 "$B/cuda/bench/attn_bench"
+step "attn_peer.py" bench.txt 3 "$PY" "$S/cuda/bench/attn_peer.py"
+step "gdn_bench" bench.txt 5 "$B/cuda/bench/gdn_bench"
+step "gdn_peer.py" bench.txt 3 "$PY" "$S/cuda/bench/gdn_peer.py"
+step "bench (quantizers)" bench.txt 4 "$B/cuda/bench/bench"
+step "peer.py (quantizers)" bench.txt 4 "$PY" "$S/cuda/bench/peer.py"
+step "gemm_bench --block" bench.txt 4 "$B/cuda/bench/gemm_bench" --block --no-agreement
+echo "done in $(($(date +%s) - t0)) s" >>"$OUT/summary.txt"
+cat "$OUT/summary.txt"
