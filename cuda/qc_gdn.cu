@@ -376,9 +376,11 @@ struct gdn_req {
 
 constexpr size_t kSmemMax = 220 * 1024;
 
-/* q̂ and k̂ on the device. */
+/* The request's inputs on the device, as every path of both directions reads them: q and
+ * k with q̂ and k̂ (l2-normalized where asked), v, g, beta, and h0 when given. */
 cudaError_t prep(const gdn_req &r, const qs_gdn_args *a, dbuf<float> &q, dbuf<float> &k,
-                 dbuf<float> &qn, dbuf<float> &kn)
+                 dbuf<float> &qn, dbuf<float> &kn, dbuf<float> &v, dbuf<float> &g,
+                 dbuf<float> &beta, dbuf<float> &h0)
 {
     size_t nqk = static_cast<size_t>(r.tokens * r.g.h * r.g.dk);
     cudaError_t err = q.up(a->q, nqk);
@@ -394,6 +396,16 @@ cudaError_t prep(const gdn_req &r, const qs_gdn_args *a, dbuf<float> &q, dbuf<fl
         prep_kernel<<<(unsigned)((rows + 127) / 128), 128>>>(r.g, k.p, kn.p, rows);
         err = cudaGetLastError();
     }
+    const qs_gdn_params &p = a->p;
+    size_t nv = r.tokens * p.hv * p.dv, ng = r.tokens * p.hv, ns = p.b * p.hv * p.dk * p.dv;
+    if (err == cudaSuccess)
+        err = v.up(a->v, nv);
+    if (err == cudaSuccess)
+        err = g.up(a->g, ng);
+    if (err == cudaSuccess)
+        err = beta.up(a->beta, ng);
+    if (err == cudaSuccess && a->h0)
+        err = h0.up(a->h0, ns);
     return err;
 }
 
@@ -418,17 +430,9 @@ gdn_path gdn_path_selected()
 qs_status chunk_fwd(const gdn_req &r, qs_gdn_args *a, int mma)
 {
     const qs_gdn_params &p = a->p;
-    size_t nv = r.tokens * p.hv * p.dv, ng = r.tokens * p.hv, ns = p.b * p.hv * p.dk * p.dv;
+    size_t nv = r.tokens * p.hv * p.dv, ns = p.b * p.hv * p.dk * p.dv;
     dbuf<float> q, k, qn, kn, v, g, beta, h0, o, ht;
-    cudaError_t err = prep(r, a, q, k, qn, kn);
-    if (err == cudaSuccess)
-        err = v.up(a->v, nv);
-    if (err == cudaSuccess)
-        err = g.up(a->g, ng);
-    if (err == cudaSuccess)
-        err = beta.up(a->beta, ng);
-    if (err == cudaSuccess && a->h0)
-        err = h0.up(a->h0, ns);
+    cudaError_t err = prep(r, a, q, k, qn, kn, v, g, beta, h0);
     if (err == cudaSuccess)
         err = o.up(nullptr, nv);
     if (err == cudaSuccess)
@@ -460,15 +464,7 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
     size_t nqk = r.tokens * p.h * p.dk, nv = r.tokens * p.hv * p.dv, ng = r.tokens * p.hv;
     size_t ns = p.b * p.hv * p.dk * p.dv, nhk = r.tokens * p.hv * p.dk;
     dbuf<float> q, k, qn, kn, v, g, beta, h0, dout, dht, dq, dk, dv, dg, dbeta, dh0;
-    cudaError_t err = prep(r, a, q, k, qn, kn);
-    if (err == cudaSuccess)
-        err = v.up(a->v, nv);
-    if (err == cudaSuccess)
-        err = g.up(a->g, ng);
-    if (err == cudaSuccess)
-        err = beta.up(a->beta, ng);
-    if (err == cudaSuccess && a->h0)
-        err = h0.up(a->h0, ns);
+    cudaError_t err = prep(r, a, q, k, qn, kn, v, g, beta, h0);
     if (err == cudaSuccess)
         err = dout.up(a->dout, nv);
     if (err == cudaSuccess && a->dht)
@@ -541,17 +537,9 @@ qs_status qc_slot_gdn_fwd(void *state, qs_gdn_args *a)
         return qc::refuse("gdn_fwd: key dim too large for the state in shared memory", a->why,
                           a->why_len);
     const qs_gdn_params &p = a->p;
-    size_t nv = r.tokens * p.hv * p.dv, ng = r.tokens * p.hv, ns = p.b * p.hv * p.dk * p.dv;
+    size_t nv = r.tokens * p.hv * p.dv, ns = p.b * p.hv * p.dk * p.dv;
     dbuf<float> q, k, qn, kn, v, g, beta, h0, o, ht;
-    cudaError_t err = qc::prep(r, a, q, k, qn, kn);
-    if (err == cudaSuccess)
-        err = v.up(a->v, nv);
-    if (err == cudaSuccess)
-        err = g.up(a->g, ng);
-    if (err == cudaSuccess)
-        err = beta.up(a->beta, ng);
-    if (err == cudaSuccess && a->h0)
-        err = h0.up(a->h0, ns);
+    cudaError_t err = qc::prep(r, a, q, k, qn, kn, v, g, beta, h0);
     if (err == cudaSuccess)
         err = o.up(nullptr, nv);
     if (err == cudaSuccess)
@@ -596,15 +584,7 @@ qs_status qc_slot_gdn_bwd(void *state, qs_gdn_args *a)
     size_t ns = p.b * p.hv * p.dk * p.dv, nhk = r.tokens * p.hv * p.dk;
     int64_t nseg = (r.maxlen + qc::kSeg - 1) / qc::kSeg;
     dbuf<float> q, k, qn, kn, v, g, beta, h0, dout, dht, dqh, dkh, dq, dk, dv, dg, dbeta, dh0, scr;
-    cudaError_t err = qc::prep(r, a, q, k, qn, kn);
-    if (err == cudaSuccess)
-        err = v.up(a->v, nv);
-    if (err == cudaSuccess)
-        err = g.up(a->g, ng);
-    if (err == cudaSuccess)
-        err = beta.up(a->beta, ng);
-    if (err == cudaSuccess && a->h0)
-        err = h0.up(a->h0, ns);
+    cudaError_t err = qc::prep(r, a, q, k, qn, kn, v, g, beta, h0);
     if (err == cudaSuccess)
         err = dout.up(a->dout, nv);
     if (err == cudaSuccess && a->dht)
