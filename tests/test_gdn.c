@@ -12,23 +12,11 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static uint64_t rng_state;
-
-/* Uniform in [lo, hi), from a 64-bit xorshift; deterministic per seed. */
-static float rnd(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    double u = (double)(rng_state >> 11) / 9007199254740992.0;
-    return (float)(lo + (hi - lo) * u);
-}
-
 static float *rbuf(size_t n, float lo, float hi)
 {
     float *x = malloc((n + 1) * sizeof(float));
     for (size_t e = 0; e < n; e++)
-        x[e] = rnd(lo, hi);
+        x[e] = qst_rnd(lo, hi);
     return x;
 }
 
@@ -92,7 +80,7 @@ static void io_init(gdn_io *x, const qs_gdn_params *p, uint64_t seed, float gmin
     x->nv = (size_t)(tok * p->hv * p->dv);
     x->ng = (size_t)(tok * p->hv);
     x->ns = (size_t)(p->b * p->hv * p->dk * p->dv);
-    rng_state = seed;
+    qst_rng_seed(seed);
     x->q = rbuf(x->nq, -1.0f, 1.0f);
     x->k = rbuf(x->nq, -1.0f, 1.0f);
     x->v = rbuf(x->nv, -1.0f, 1.0f);
@@ -656,7 +644,7 @@ START_TEST(test_conv_backward_matches_central_differences)
     qs_ctx *ctx = qs_ctx_new();
     enum { B = 2, T = 6, C = 3, W = 4 };
     qs_conv_params p = {B, T, C, W, NULL, 1, QS_FP32};
-    rng_state = 37;
+    qst_rng_seed(37);
     float *x = rbuf(B * T * C, -1, 1), *w = rbuf(C * W, -1, 1), *bias = rbuf(C, -1, 1);
     float *wy = rbuf(B * T * C, -1, 1), dx[B * T * C], dw[C * W], db[C];
     ck_assert_int_eq(qs_conv1d_bwd(ctx, &p, x, w, bias, wy, dx, dw, db), QS_OK);
@@ -710,7 +698,7 @@ START_TEST(test_gated_rmsnorm_value_and_backward)
     ck_assert_msg(fabs(y2[0] - 300.0 / sqrt(12.50001)) < 1e-4, "y0 %.9g", (double)y2[0]);
     ck_assert_msg(fabs(y2[1] - 400.0 / sqrt(12.50001)) < 1e-4, "y1 %.9g", (double)y2[1]);
     enum { R = 3, N = 5 };
-    rng_state = 41;
+    qst_rng_seed(41);
     float *x = rbuf(R * N, -1, 1), *z = rbuf(R * N, -2, 2), *w = rbuf(N, 0.5f, 1.5f);
     float *wy = rbuf(R * N, -1, 1), dx[R * N], dz[R * N], dw[N], y[R * N];
     ck_assert_int_eq(qs_gated_rmsnorm_fwd(ctx, R, N, 1e-5f, QS_FP32, x, z, w, y), QS_OK);

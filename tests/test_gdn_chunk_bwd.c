@@ -18,23 +18,11 @@ enum { C = 64 }; /* the chunk of the device kernels */
 
 /* ---------------------------------------------------------------- inputs */
 
-static uint64_t rng_state;
-
-/* Uniform in [lo, hi), from a 64-bit xorshift; deterministic per seed. */
-static float rnd(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    double u = (double)(rng_state >> 11) / 9007199254740992.0;
-    return (float)(lo + (hi - lo) * u);
-}
-
 static float *rbuf(size_t n, float lo, float hi)
 {
     float *x = malloc((n + 1) * sizeof(float));
     for (size_t e = 0; e < n; e++)
-        x[e] = rnd(lo, hi);
+        x[e] = qst_rnd(lo, hi);
     return x;
 }
 
@@ -66,7 +54,7 @@ static void case_init(bwd_case *x, const qs_gdn_params *p, uint64_t seed, float 
     x->nv = (size_t)(x->tokens * p->hv * p->dv);
     x->ng = (size_t)(x->tokens * p->hv);
     x->ns = (size_t)(p->b * p->hv * p->dk * p->dv);
-    rng_state = seed;
+    qst_rng_seed(seed);
     float qk = p->use_qk_l2norm ? 1.0f : 1.7f / sqrtf((float)p->dk);
     x->q = rbuf(x->nq, -qk, qk);
     x->k = rbuf(x->nq, -qk, qk);

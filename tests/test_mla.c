@@ -17,21 +17,11 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static uint64_t rng_state;
-
-static float rnd(float lo, float hi)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)(lo + (hi - lo) * ((double)(rng_state >> 11) / 9007199254740992.0));
-}
-
 static float *rbuf(size_t n, float amp, qs_dtype dt)
 {
     float *x = malloc((n + 1) * sizeof(float));
     for (size_t e = 0; e < n; e++) {
-        x[e] = rnd(-amp, amp);
+        x[e] = qst_rnd(-amp, amp);
         if (dt == QS_BF16)
             x[e] = qs_round_bf16(x[e]);
     }
@@ -65,7 +55,7 @@ typedef struct mla_w {
 static void weights_init(mla_w *m, const qs_mla_config *c, qs_dtype dt, uint64_t seed)
 {
     int64_t rq = c->q_lora_rank > 0 ? c->q_lora_rank : 1, n = c->heads, rkv = c->kv_lora_rank;
-    rng_state = seed;
+    qst_rng_seed(seed);
     m->w_dq = rbuf((size_t)(rq * c->hidden), 0.6f, dt);
     m->q_norm = rbuf((size_t)rq, 0.5f, QS_FP32);
     for (int64_t e = 0; e < rq; e++)
@@ -900,7 +890,7 @@ typedef struct qw {
 
 static void qw_init(qw *m, const qs_mla_config *c, int split, uint64_t seed)
 {
-    rng_state = seed;
+    qst_rng_seed(seed);
     memset(m, 0, sizeof *m);
     for (int p = 0; p < QS_MLA_PARAM_COUNT; p++) {
         int64_t shape[2];
