@@ -290,12 +290,19 @@ static qsi_mla_view qsi_mla_view_of(const float *at, int64_t rs, int64_t cs)
     return v;
 }
 
-/* Elements (i, j), i < rows, j < cols, of v packed row-major into out. */
+/* Elements (i, j), i < rows, j < cols, of v packed row-major into out, by 32 x 32 tiles so
+ * that a transposed view (cs the long stride) is read a cache line at a time. */
 static void qsi_mla_pack(qsi_mla_view v, int64_t rows, int64_t cols, float *out)
 {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            out[i * cols + j] = v.at[i * v.rs + j * v.cs];
+    enum { TILE = 32 };
+    for (int64_t i0 = 0; i0 < rows; i0 += TILE)
+        for (int64_t j0 = 0; j0 < cols; j0 += TILE) {
+            int64_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
+            int64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++)
+                    out[i * cols + j] = v.at[i * v.rs + j * v.cs];
+        }
 }
 
 /* One head's einsum of the absorbed form [MLA-ABSORBED] [MLA-BWD-ABSORBED]: for i < m and

@@ -3,7 +3,9 @@
  * rne and each policy, and E4M3, E5M2, E2M1 under every mode and policy (sr with fixed u).
  * Where the oracle is monotone it is asked once per run of equal results, otherwise per input.
  * QS_THREADS (default 2) threads; `exhaustive_format [FMT|all [MODE]]` runs a subset and
- * QS_SKIP_RNE skips the rne passes. Checks [FMT-ENCODE] and the rules the oracle applies. */
+ * QS_SKIP_RNE skips the rne passes. Checks [FMT-ENCODE] and the rules the oracle applies;
+ * then (`exhaustive_format fast16` alone) the bit-level BF16/FP16 conversions against the
+ * generic ones. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -144,6 +146,43 @@ static int run_pass(const pass *p)
     return fails == 0;
 }
 
+/* The bit-level 16-bit conversions of ref/format.c (qs_f32_to_bf16, qs_f32_to_f16, their
+ * inverses and qs_round_bf16, the engine's hot path) against the generic encoder and decoder the
+ * passes above check against the oracle: every FP32 input, every 16-bit code. */
+static int run_fast16(void)
+{
+    const qs_cast_mode m = {QS_ROUND_RNE, QS_OVF_NOSAT, 0};
+    uint64_t bad = 0;
+    for (uint64_t u = 0; u <= 0xFFFFFFFFull; u++) {
+        float x = qs_f32_from_bits((uint32_t)u);
+        uint32_t bf = 0, h = 0;
+        qs_encode_f32(QS_BF16, x, m, &bf);
+        qs_encode_f32(QS_FP16, x, m, &h);
+        uint32_t rb = qs_f32_bits(qs_round_bf16(x));
+        if (qs_f32_to_bf16(x) != bf || qs_f32_to_f16(x) != h ||
+            rb != qs_f32_bits((float)qs_decode_f64(QS_BF16, bf))) {
+            if (bad++ < 10)
+                printf("FAIL fast16 encode 0x%08X: bf16 0x%04X (generic 0x%04X), fp16 0x%04X "
+                       "(generic 0x%04X)\n",
+                       (unsigned)u, qs_f32_to_bf16(x), bf, qs_f32_to_f16(x), h);
+        }
+    }
+    for (uint32_t c = 0; c < 65536; c++) {
+        uint32_t b = qs_f32_bits(qs_bf16_to_f32((uint16_t)c));
+        uint32_t h = qs_f32_bits(qs_f16_to_f32((uint16_t)c));
+        if (b != qs_f32_bits((float)qs_decode_f64(QS_BF16, c)) ||
+            h != qs_f32_bits((float)qs_decode_f64(QS_FP16, c)) ||
+            b != qs_f32_bits(qs_decode_f32(QS_BF16, c)) ||
+            h != qs_f32_bits(qs_decode_f32(QS_FP16, c))) {
+            if (bad++ < 10)
+                printf("FAIL fast16 decode 0x%04X: bf16 0x%08X, fp16 0x%08X\n", (unsigned)c,
+                       (unsigned)b, (unsigned)h);
+        }
+    }
+    printf("fast16 (bf16/fp16 bit paths = generic): %s\n", bad ? "FAILED" : "ok");
+    return bad == 0;
+}
+
 int main(int argc, char **argv)
 {
     static const qs_dtype all[] = {QS_E4M3, QS_E5M2, QS_E2M1, QS_E8M0,
@@ -173,6 +212,8 @@ int main(int argc, char **argv)
                     ok &= run_pass(&p);
                 }
             }
+    if (!only_format || strcmp(only_format, "fast16") == 0)
+        ok &= run_fast16();
     printf("exhaustive_format: %s in %ld s\n", ok ? "all passed" : "FAILED",
            (long)(time(NULL) - t0));
     return ok ? 0 : 1;

@@ -331,6 +331,20 @@ START_TEST(test_bf16_fp16_encoders_match_cuda_rn)
     ck_assert(qs_round_bf16(1.01171875f) == 1.015625f);
     ck_assert(qs_round_f16(1.0f + 0x1p-11f) == 1.0f);
     ck_assert(isnan(qs_round_f16(NAN)));
+    /* the subnormal FP16 range of the bit-level path: ties to even at 2^-25 steps, the
+     * largest subnormal, and the carry into the smallest normal 2^-14 */
+    ck_assert_uint_eq(qs_f32_to_f16(0x1p-25f), 0x0000);
+    ck_assert_uint_eq(qs_f32_to_f16(0x1.8p-24f), 0x0002);
+    ck_assert_uint_eq(qs_f32_to_f16(-0x1.4p-23f), 0x8002);
+    ck_assert_uint_eq(qs_f32_to_f16(0x3FFp-24f), 0x03FF);
+    ck_assert_uint_eq(qs_f32_to_f16(0x7FFp-25f), 0x0400);
+    ck_assert_uint_eq(qs_f32_to_f16(0x1p-149f), 0x0000);
+    ck_assert_uint_eq(qs_f32_to_f16(-0.0f), 0x8000);
+    ck_assert(qs_f16_to_f32(0x03FF) == 0x3FFp-24f);
+    ck_assert_uint_eq(qs_f32_bits(qs_f16_to_f32(0x8000)), 0x80000000u);
+    ck_assert_uint_eq(qs_f32_bits(qs_f16_to_f32(0xFE01)), 0xFFC00000u);
+    ck_assert_uint_eq(qs_f32_bits(qs_bf16_to_f32(0xFF81)), 0xFFC00000u);
+    ck_assert_uint_eq(qs_f32_bits(qs_f16_to_f32(0xFC00)), 0xFF800000u);
 }
 END_TEST
 
