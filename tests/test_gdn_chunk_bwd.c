@@ -560,26 +560,12 @@ static void check_model(const qs_gdn_params *p, uint64_t seed, float gmin, int w
     qs_ctx_free(ctx);
 }
 
-static qs_gdn_params shape(int64_t b, int64_t t, int64_t h, int64_t hv, int64_t dk, int64_t dv)
-{
-    qs_gdn_params p;
-    memset(&p, 0, sizeof p);
-    p.b = b;
-    p.t = t;
-    p.h = h;
-    p.hv = hv;
-    p.dk = dk;
-    p.dv = dv;
-    p.dtype = QS_FP32;
-    return p;
-}
-
 /* ---------------------------------------------------------------- tests */
 
 /* Two full chunks and a partial one (150 = 64 + 64 + 22), GVA 2 -> 4, l2norm, h0 and dht. */
 START_TEST(test_chunk_bwd_matches_the_recurrence_dense_gva_l2norm)
 {
-    qs_gdn_params p = shape(2, 150, 2, 4, 8, 6);
+    qs_gdn_params p = {.b = 2, .t = 150, .h = 2, .hv = 4, .dk = 8, .dv = 6, .dtype = QS_FP32};
     p.use_qk_l2norm = 1;
     check_model(&p, 41, -0.5f, 1, 1, 1e-5);
 }
@@ -589,7 +575,7 @@ END_TEST
 START_TEST(test_chunk_bwd_matches_the_recurrence_varlen_partial_and_empty)
 {
     int32_t cu[6] = {0, 5, 70, 200, 200, 201};
-    qs_gdn_params p = shape(5, 201, 1, 2, 7, 5);
+    qs_gdn_params p = {.b = 5, .t = 201, .h = 1, .hv = 2, .dk = 7, .dv = 5, .dtype = QS_FP32};
     p.cu_seqlens = cu;
     check_model(&p, 43, -0.5f, 0, 0, 1e-5);
 }
@@ -598,7 +584,7 @@ END_TEST
 /* Raw q, k (no l2norm), MHA, h0 only; steep gates in [-3, 0). */
 START_TEST(test_chunk_bwd_matches_the_recurrence_without_l2norm_steep_gates)
 {
-    qs_gdn_params p = shape(1, 130, 2, 2, 16, 16);
+    qs_gdn_params p = {.b = 1, .t = 130, .h = 2, .hv = 2, .dk = 16, .dv = 16, .dtype = QS_FP32};
     p.scale = 0.37f;
     check_model(&p, 47, -3.0f, 1, 0, 1e-5);
 }
@@ -607,7 +593,7 @@ END_TEST
 /* Near-zero gates (the hard case upstream), l2norm, dht only, GVA 1 -> 3. */
 START_TEST(test_chunk_bwd_matches_the_recurrence_near_zero_gates)
 {
-    qs_gdn_params p = shape(1, 200, 1, 3, 12, 4);
+    qs_gdn_params p = {.b = 1, .t = 200, .h = 1, .hv = 3, .dk = 12, .dv = 4, .dtype = QS_FP32};
     p.use_qk_l2norm = 1;
     check_model(&p, 53, -0.01f, 0, 1, 1e-5);
 }
@@ -617,7 +603,7 @@ END_TEST
  * reference, so the bound is BF16's half-ulp (2^-9) in norm. */
 START_TEST(test_chunk_bwd_matches_the_recurrence_bf16_values)
 {
-    qs_gdn_params p = shape(1, 100, 1, 2, 8, 8);
+    qs_gdn_params p = {.b = 1, .t = 100, .h = 1, .hv = 2, .dk = 8, .dv = 8, .dtype = QS_FP32};
     p.use_qk_l2norm = 1;
     p.dtype = QS_BF16;
     check_model(&p, 59, -0.5f, 1, 1, 4e-3);

@@ -591,6 +591,25 @@ double dev_rrms(const float *a, const float *b, size_t n)
     return h[2] > 0 ? NAN : h[1] > 0 ? sqrt(h[0] / h[1]) : sqrt(h[0]);
 }
 
+/* The median time of launch() between the events e0 and e1: 15 calls after 3 warm-up calls,
+ * or 4 calls and no warm-up under --profile. */
+template <typename F> double median_ms(cudaEvent_t e0, cudaEvent_t e1, F launch)
+{
+    std::vector<float> ms;
+    for (int it = 0; it < (g_profile ? 4 : 18); it++) {
+        CHECK_CUDA(cudaEventRecord(e0));
+        CHECK_CUDA(launch());
+        CHECK_CUDA(cudaEventRecord(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        float t;
+        CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+        if (it >= 3 || g_profile)
+            ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
 void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
 {
     const int64_t h = 16, D = 128, T = nseq * seq_t;
@@ -625,20 +644,10 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     for (int mma : {qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem}) {
         if (mma == qc::kGdnMmaBf16Smem && g_skip_smem)
             continue;
-        std::vector<float> ms;
-        for (int it = 0; it < (g_profile ? 4 : 18); it++) {
-            CHECK_CUDA(cudaEventRecord(e0));
-            CHECK_CUDA(qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr,
-                                         o, ht, 0));
-            CHECK_CUDA(cudaEventRecord(e1));
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            float t;
-            CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-            if (it >= 3 || g_profile)
-                ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        double med = ms[ms.size() / 2];
+        double med = median_ms(e0, e1, [&] {
+            return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, o,
+                                     ht, 0);
+        });
         bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
         CHECK_CUDA(cudaDeviceSynchronize());
         printf(
@@ -711,20 +720,10 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
     for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16}) {
-        std::vector<float> ms;
-        for (int it = 0; it < (g_profile ? 4 : 18); it++) {
-            CHECK_CUDA(cudaEventRecord(e0));
-            CHECK_CUDA(qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr,
-                                         dout, nullptr, dq, dk, dv, dg, db, dh0, 0));
-            CHECK_CUDA(cudaEventRecord(e1));
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            float t;
-            CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-            if (it >= 3 || g_profile)
-                ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        double med = ms[ms.size() / 2];
+        double med = median_ms(e0, e1, [&] {
+            return qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
+                                     nullptr, dq, dk, dv, dg, db, dh0, 0);
+        });
         const bf16 *io[3] = {dq, dk, dv};
         float *f32[3] = {dg, db, dh0};
         float **dst = mma == qc::kGdnMmaTf32x3 ? ref : wide;
