@@ -118,10 +118,7 @@ static void json_timing(FILE *fp, const qsk_case_result *c)
         fprintf(fp, "%.6f", c->ref_seconds);
     if (!c->metered)
         return;
-    double total = 0;
-    for (int i = 0; i < QSK_NSLOTS; i++)
-        total += c->slots[i].seconds;
-    fprintf(fp, ", \"backend_seconds\": %.6f, \"slots\": {", total);
+    fprintf(fp, ", \"backend_seconds\": %.6f, \"slots\": {", qsk_backend_seconds(c));
     int first = 1;
     for (int i = 0; i < QSK_NSLOTS; i++)
         if (c->slots[i].calls) {

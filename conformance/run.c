@@ -175,6 +175,14 @@ void qsk_compare_outputs(const qsk_case *c, const qsk_results *ref, const qsk_re
     }
 }
 
+double qsk_backend_seconds(const qsk_case_result *r)
+{
+    double total = 0;
+    for (int i = 0; i < QSK_NSLOTS; i++)
+        total += r->slots[i].seconds;
+    return total;
+}
+
 void qsk_timing_text(const qsk_case_result *r, char *buf, size_t cap)
 {
     size_t at = 0;
@@ -189,11 +197,9 @@ void qsk_timing_text(const qsk_case_result *r, char *buf, size_t cap)
     else
         PUT("reference %.3f s", r->ref_seconds);
     if (r->metered) {
-        double total = 0;
         unsigned long calls = 0;
         int order[QSK_NSLOTS], n = 0;
         for (int i = 0; i < QSK_NSLOTS; i++) {
-            total += r->slots[i].seconds;
             calls += r->slots[i].calls;
             if (r->slots[i].calls == 0)
                 continue;
@@ -204,7 +210,8 @@ void qsk_timing_text(const qsk_case_result *r, char *buf, size_t cap)
             }
             order[k] = i;
         }
-        PUT("; backend %.3f s in %lu slot call%s", total, calls, calls == 1 ? "" : "s");
+        PUT("; backend %.3f s in %lu slot call%s", qsk_backend_seconds(r), calls,
+            calls == 1 ? "" : "s");
         for (int k = 0; k < n; k++)
             PUT("%s %s %u x %.3f s", k ? "," : ":", qsk_slot_names[order[k]],
                 r->slots[order[k]].calls, r->slots[order[k]].seconds);
