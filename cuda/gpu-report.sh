@@ -6,15 +6,22 @@
 #                   last line it printed
 #   suite.txt/.json the default suite on the plugin (reference-order kernels), --timing
 #   suite-fast.*    the same with QSPEC_CUDA_SDPA=flash QSPEC_CUDA_GDN=chunk
-#   large.txt/.json the large tier (fast kernels), --timing: each case's GPU time
+#   large.txt       the large tier (fast kernels), one `qspec run --timing` per case, LARGE_JOBS
+#                   at a time, so a case cut by the budget costs only its own verdict;
+#                   large/ID.txt and large/ID.json each case's output and report
+#   torch-large/    the production-size framework cases through the PyTorch adapter
+#                   (make check-torch-large), when PYTHON has torch and torchao
 #   checks.txt      cuda/attn_check (the reference-order slots bitwise, the chunked GDN
 #                   slots against the reference) and gemm_bench's agreement rows
+#   block/          gemm_bench --block-experiment: the block-scaled GEMM outputs beside the
+#                   candidate promotion models (gemm_bench --block-analyze reads it back)
 #   bench.txt       attn_bench, gdn_bench and their peers (attn_peer.py, gdn_peer.py),
 #                   quantizer bench and peer.py, gemm_bench's throughput
 # Correctness steps share the machine (several processes, one GPU); the timed steps run
 # alone, last. A step that would pass the budget is cut (timeout) and says so.
-# Environment: JOBS (default: the number of CPUs, at most 8) processes for the suites,
-# PYTHON (default python3) for the peers.
+# Environment: PARTS (default "checks bench"): which halves to run; JOBS (default: the number
+# of CPUs, at most 8) processes for the suites; LARGE_JOBS (default 4) large cases at a time;
+# PYTHON (default python3) for the peers and the adapter.
 set -u
 OUT=${1:?usage: gpu-report.sh OUTDIR [SECONDS]}
 BUDGET=${2:-3000}
@@ -22,6 +29,8 @@ B=${QSPEC_BUILD:-$PWD}
 S=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-$(n=$(nproc 2>/dev/null || echo 2); [ "$n" -gt 8 ] && n=8; echo "$n")}
+LARGE_JOBS=${LARGE_JOBS:-4}
+PARTS=${PARTS:-checks bench}
 Q=$B/qspec
 [ -x "$Q" ] || { echo "gpu-report.sh: no $Q: run it from a build tree (or set QSPEC_BUILD)" >&2; exit 2; }
 mkdir -p "$OUT" || exit 2
@@ -58,28 +67,55 @@ step() {
 fast=(QSPEC_CUDA_SDPA=flash QSPEC_CUDA_GDN=chunk)
 
 # correctness, side by side: the suites (their reference runs are CPU work), the large tier,
-# the slot checks
-(
-    step "suite (reference-order kernels)" suite.txt 30 "$Q" run --backend cuda --jobs "$JOBS" \
-        --timing --quiet --report-json "$OUT/suite.json" "$S/conformance/cases"
-    step "suite (${fast[*]})" suite-fast.txt 20 env "${fast[@]}" "$Q" run --backend cuda --jobs "$JOBS" \
-        --timing --quiet --report-json "$OUT/suite-fast.json" "$S/conformance/cases"
-) &
-A=$!
-step "large tier (${fast[*]})" large.txt 60 env "${fast[@]}" "$Q" run --backend cuda --tier large \
-    --jobs 3 --timeout 1800 --timing --quiet --report-json "$OUT/large.json" "$S/conformance/cases/large"
-wait $A
-step "attn_check" checks.txt 10 "$B/cuda/attn_check" --no-timing
-step "attn_check (QSPEC_CUDA_GDN=chunk)" checks.txt 5 env QSPEC_CUDA_GDN=chunk "$B/cuda/attn_check" --no-timing
-step "gemm_bench agreement" checks.txt 5 "$B/cuda/bench/gemm_bench" 256 256 256 --agreement-block
+# the framework cases, the slot checks
+checks() {
+    (
+        step "suite (reference-order kernels)" suite.txt 30 "$Q" run --backend cuda --jobs "$JOBS" \
+            --timing --quiet --report-json "$OUT/suite.json" "$S/conformance/cases"
+        step "suite (${fast[*]})" suite-fast.txt 20 env "${fast[@]}" "$Q" run --backend cuda \
+            --jobs "$JOBS" --timing --quiet --report-json "$OUT/suite-fast.json" "$S/conformance/cases"
+    ) &
+    if "$PY" -c 'import torch, torchao' >/dev/null 2>&1; then
+        step "framework cases, large (PyTorch adapter)" torch-large.txt 40 \
+            env QSPEC="$Q" QS_SRCDIR="$S" QS_TORCH_PYTHON="$PY" \
+            QS_TORCH_SUITES="$S/conformance/framework/large" QS_TORCH_OUT="$OUT/torch-large" \
+            sh "$S/tests/framework_torch.sh" &
+    else
+        echo "framework cases, large: not run ($PY has no torch and torchao)" >>"$OUT/summary.txt"
+    fi
+    # the large tier: island cases first (short), then MLA; one run per case
+    mkdir -p "$OUT/large"
+    "$Q" list --tier large "$S/conformance/cases/large" 2>/dev/null | awk '{print $1}' |
+        grep '^large\.' | sort >"$OUT/large/ids.txt"
+    export -f step left
+    export Q S OUT BUDGET t0
+    xargs -P "$LARGE_JOBS" -I{} bash -c 'step "large {}" "large/{}.txt" 60 env QSPEC_CUDA_SDPA=flash \
+        QSPEC_CUDA_GDN=chunk "$Q" run --backend cuda --tier large --timeout 1800 --timing \
+        --quiet --report-json "$OUT/large/{}.json" --filter "{}" "$S/conformance/cases/large"' \
+        <"$OUT/large/ids.txt"
+    wait
+    while read -r id; do cat "$OUT/large/$id.txt"; done <"$OUT/large/ids.txt" >"$OUT/large.txt"
+    step "attn_check" checks.txt 10 "$B/cuda/attn_check" --no-timing
+    step "attn_check (QSPEC_CUDA_GDN=chunk)" checks.txt 5 env QSPEC_CUDA_GDN=chunk \
+        "$B/cuda/attn_check" --no-timing
+    step "gemm_bench agreement" checks.txt 5 "$B/cuda/bench/gemm_bench" 256 256 256 --agreement-block
+    mkdir -p "$OUT/block"
+    step "gemm_bench --block-experiment" checks.txt 5 "$B/cuda/bench/gemm_bench" 256 256 256 \
+        --no-agreement --block-experiment "$OUT/block"
+}
 
 # timings, alone on the GPU
-step "attn_bench" bench.txt 5 "$B/cuda/bench/attn_bench"
-step "attn_peer.py" bench.txt 3 "$PY" "$S/cuda/bench/attn_peer.py"
-step "gdn_bench" bench.txt 5 "$B/cuda/bench/gdn_bench"
-step "gdn_peer.py" bench.txt 3 "$PY" "$S/cuda/bench/gdn_peer.py"
-step "bench (quantizers)" bench.txt 4 "$B/cuda/bench/bench"
-step "peer.py (quantizers)" bench.txt 4 "$PY" "$S/cuda/bench/peer.py"
-step "gemm_bench --block" bench.txt 4 "$B/cuda/bench/gemm_bench" --block --no-agreement
+bench() {
+    step "attn_bench" bench.txt 5 "$B/cuda/bench/attn_bench"
+    step "attn_peer.py" bench.txt 3 "$PY" "$S/cuda/bench/attn_peer.py"
+    step "gdn_bench" bench.txt 5 "$B/cuda/bench/gdn_bench"
+    step "gdn_peer.py" bench.txt 3 "$PY" "$S/cuda/bench/gdn_peer.py"
+    step "bench (quantizers)" bench.txt 4 "$B/cuda/bench/bench"
+    step "peer.py (quantizers)" bench.txt 4 "$PY" "$S/cuda/bench/peer.py"
+    step "gemm_bench --block" bench.txt 4 "$B/cuda/bench/gemm_bench" --block --no-agreement
+}
+
+case " $PARTS " in *" checks "*) checks ;; esac
+case " $PARTS " in *" bench "*) bench ;; esac
 echo "done in $(($(date +%s) - t0)) s" >>"$OUT/summary.txt"
 cat "$OUT/summary.txt"
