@@ -100,6 +100,7 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
                 }
             } else if (st != QS_OK) {
                 qsk_result_fail(r, "the backend failed: %s", qs_ctx_errmsg(ctx));
+                r->backend_error = 1;
             } else {
                 qsk_compare_outputs(c, &ref, &got, r);
             }

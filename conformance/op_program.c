@@ -1455,8 +1455,9 @@ static void missing_slot(const qs_backend *t, const qskp_node *s, char *why, siz
     }
 }
 
-/* [CASE-PLUGIN-TOL] The normwise relative error of x against e, or -1 when it cannot be
- * taken (a shape mismatch, a NaN); 0 when both are all zeros, +inf when only e is. */
+/* [CASE-PLUGIN-TOL] The normwise relative error of x against e over the elements where e is
+ * finite, or -1 when it cannot be taken (a shape mismatch, a NaN or infinity in one of them
+ * where the other has not the same); 0 when both are all zeros, +inf when only e is. */
 double qsk_normwise_error(const qs_tensor *e, const qs_tensor *x)
 {
     if (e->numel != x->numel)
@@ -1464,8 +1465,16 @@ double qsk_normwise_error(const qs_tensor *e, const qs_tensor *x)
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < e->numel; i++) {
         double a = qsk_elem_value(e, i), b = qsk_elem_value(x, i);
-        if (a != a || b != b)
+        if (a != a || b != b) {
+            if (a != a && b != b)
+                continue; /* NaN where the reference has NaN */
             return -1.0;
+        }
+        if (isinf(a) || isinf(b)) {
+            if (a == b)
+                continue;
+            return -1.0;
+        }
         num += (b - a) * (b - a);
         den += a * a;
     }

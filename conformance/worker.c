@@ -29,7 +29,7 @@ typedef struct request {
 
 typedef struct result_head {
     uint32_t kind, lines, msglen, outlen, nfails;
-    int32_t metered;
+    int32_t metered, backend_error;
     double seconds, ref_seconds;
     qsk_slot_time slots[QSK_NSLOTS]; /* [CASE-TIMING] */
 } result_head;
@@ -137,6 +137,7 @@ int qsk_result_send(int fd, const qsk_case_result *r)
     h.outlen = (uint32_t)r->outlen;
     h.nfails = (uint32_t)r->nfails;
     h.metered = r->metered;
+    h.backend_error = r->backend_error;
     h.seconds = r->seconds;
     h.ref_seconds = r->ref_seconds;
     memcpy(h.slots, r->slots, sizeof h.slots);
@@ -401,6 +402,7 @@ int qsk_result_parse(const char *buf, size_t len, const qsk_case *c, qsk_case_re
     r->kind = (qsk_res_kind)h.kind;
     r->lines = (int)h.lines;
     r->metered = h.metered != 0;
+    r->backend_error = h.backend_error != 0;
     r->seconds = h.seconds;
     r->ref_seconds = h.ref_seconds;
     memcpy(r->slots, h.slots, sizeof r->slots);
@@ -473,6 +475,11 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
     int rr = read_frame(w->from_fd, t0 + w->timeout_s, &buf, &len, tick, tick_arg);
     if (rr == 0 && qsk_result_parse(buf, len, c, r) == 0) {
         free(buf);
+        /* [CASE-ISOLATE] a plugin that returned an error may be left in a state that fails
+         * every later call (a CUDA context after an illegal address): the next case gets a
+         * fresh worker, except under --ranks, where a fresh one could not join the others */
+        if (r->backend_error && me->nranks <= 1)
+            qsk_worker_stop(w);
         r->seconds = now_s() - t0;
         return;
     }

@@ -41,6 +41,20 @@ for what in "exit:exited with status 0 during the case" \
     expect_true "run/$how: the HTML report is written" grep -q "1 passed, 1 failed, $((n - 2)) skipped" "$QST_TMP/r.html"
 done
 
+# a plugin that returns an error and fails every later call in its process (a GPU context
+# after an illegal memory access): that case fails with the plugin's error, and the next case
+# passes in a fresh worker, alone and under --jobs 2
+for jobs in 1 2; do
+    rm -f "$QST_TMP/mark"
+    expect_status "run --jobs $jobs: a plugin whose error poisons its process fails the run" 1 \
+        env QSTEST_HOSTILE=poison QSTEST_HOSTILE_MARK="$QST_TMP/mark" "$QSPEC" run --jobs $jobs \
+        --backend "$HOSTILE" "$CASES"
+    expect_out "run --jobs $jobs/poison: the case fails with the plugin's error" \
+        "^FAIL fmt\\.e4m3\\.[^ ]+ seed=[0-9]+ the backend failed: .*cast failed"
+    expect_out "run --jobs $jobs/poison: the other case passes in a fresh worker" \
+        "^1 passed, 1 failed, $((n - 2)) skipped$"
+done
+
 # --jobs 2: each process runs its cases in a worker of its own; one that crashes or hangs
 # fails its case, and the other process's cases and the rest of its own still run
 for what in "segv:crashed: signal 11 \\([A-Za-z ]+\\) during the case" \

@@ -5,6 +5,7 @@
  * built by hand on the engine; every kind of claim fails when it is false; program cases
  * are not supported on a plugin. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1144,6 +1145,41 @@ static qs_status tol_slot_quantize(void *state, const qs_quantize_args *a)
  * accumulation, the program's y is compared with the reference's within 2^-7 normwise:
  * outputs with a few codes one ulp off pass (and are marked compared), outputs 1% off fail, naming
  * the output and the rule. */
+/* [CASE-PLUGIN-TOL] The normwise error skips a NaN or infinity the reference has in the same
+ * place, and cannot be taken where only one side has one. */
+START_TEST(test_normwise_error_matches_non_finite_elements)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    const int64_t shape[1] = {4};
+    qs_tensor e, x;
+    ck_assert_int_eq(qs_tensor_alloc(ctx, &e, QS_FP32, 1, shape), QS_OK);
+    ck_assert_int_eq(qs_tensor_alloc(ctx, &x, QS_FP32, 1, shape), QS_OK);
+    float *a = e.data, *b = x.data;
+    const float ref[4] = {3.0f, NAN, 4.0f, INFINITY};
+    const float got[4] = {3.0f, NAN, 4.5f, INFINITY};
+    memcpy(a, ref, sizeof ref);
+    memcpy(b, got, sizeof got);
+    /* over the finite elements: sqrt(0.25 / 25) = 0.1 */
+    ck_assert_double_eq_tol(qsk_normwise_error(&e, &x), 0.1, 1e-12);
+    b[1] = 1.0f; /* a number where the reference has NaN */
+    ck_assert_double_lt(qsk_normwise_error(&e, &x), 0.0);
+    b[1] = NAN;
+    b[0] = NAN; /* NaN where the reference has a number */
+    ck_assert_double_lt(qsk_normwise_error(&e, &x), 0.0);
+    b[0] = 3.0f;
+    b[3] = -INFINITY; /* the other infinity */
+    ck_assert_double_lt(qsk_normwise_error(&e, &x), 0.0);
+    b[3] = 1e30f; /* finite where the reference is infinite */
+    ck_assert_double_lt(qsk_normwise_error(&e, &x), 0.0);
+    a[3] = 1e30f;
+    b[3] = INFINITY; /* infinite where the reference is finite */
+    ck_assert_double_lt(qsk_normwise_error(&e, &x), 0.0);
+    qs_tensor_free(&e);
+    qs_tensor_free(&x);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_program_outputs_on_an_fp32_claim_meet_the_default_tolerance)
 {
     const char *prog = "      - autocast:\n"
@@ -1379,6 +1415,7 @@ int main(void)
     tcase_add_test(tc, test_false_claims_fail_and_true_ones_pass);
     tcase_add_test(tc, test_program_cases_are_not_supported_on_a_plugin_without_a_slot);
     tcase_add_test(tc, test_program_runs_on_a_plugins_slots_and_self_consistency_catches_drift);
+    tcase_add_test(tc, test_normwise_error_matches_non_finite_elements);
     tcase_add_test(tc, test_program_outputs_on_an_fp32_claim_meet_the_default_tolerance);
     tcase_add_test(tc, test_program_on_a_plugin_is_held_to_the_runs_one_reference_run);
     tcase_add_test(tc, test_attention_claims_decide_how_program_outputs_are_compared);
