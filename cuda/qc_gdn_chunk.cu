@@ -926,7 +926,9 @@ constexpr int kLdB = kVB + 4; /* row stride of its [.][32] tiles */
  * [64][64]; the largest. */
 constexpr int kGradR = kC * kLdD + 3 * kC * kLdC;
 static_assert(kGradR >= 2 * kMaxD * kLdB + 4 * kC * kLdB, "the value-column tiles fit");
-constexpr int kGradVec = 16 * kC + kThreads;
+/* its vectors: G, Bt, Ex, F, dbv [64]; rv, rq, rk, ry [2][64]; rowL, rowM, colM, colN, dG
+ * [64]; red [kThreads] (grad_smem) */
+constexpr int kGradVec = 18 * kC + kThreads;
 constexpr size_t kDstateSmem =
     (kMaxD * kLdV + 3 * kC * kLdD + 3 * kC * kLdC + 3 * kC) * sizeof(float);
 constexpr size_t kGradSmem = (2 * kC * kLdD + 3 * kC * kLdC + kGradR + kGradVec) * sizeof(float);
