@@ -496,18 +496,23 @@ std::vector<float> lt_block_scales(const qs_gemm_coded_operand &o, int64_t rows_
 /* Whether an FP8 request lies where cuBLASLt without a workspace was measured equal to the
  * hopper_fp8_tc model bit for bit on an H200 ([GEMM-ACC-HOPPER-ALIGN],
  * [GEMM-HOPPER-EPILOGUE], docs/gemm.md): tensorwise (E4M3 and E5M2 operands, fast or split
- * accumulation) or 1x128 activations times 128x128 weights, FP32 or BF16 output, no beta,
- * and an alpha that is a power of two (measured at 1 and 0.5; such an alpha commutes with
- * every rounding of the epilogue). 1x128 x 1x128 block scaling was measured not to follow
- * the model (about half the outputs differ), FP16 outputs and other alphas were not
- * measured: there the plugin claims only the hardware. */
+ * accumulation) or block scaled (1x128 x 1x128, 1x128 x 128x128, 128x128 x 1x128, with the
+ * promotion of [GEMM-ACC-HOPPER-VEC]), FP32 or BF16 output, no beta, and an alpha that is a
+ * power of two (measured at 1 and 0.5; such an alpha commutes with every rounding of the
+ * epilogue). FP16 outputs and other alphas were not measured: there the plugin claims only
+ * the hardware. */
 int fp8_claims_model(const qs_gemm_args *g)
 {
     int e;
     int pow2_alpha = g->alpha > 0.0f && frexpf(g->alpha, &e) == 0.5f;
-    int layout_ok =
-        g->a.scaling == QS_GEMM_SCALE_TENSOR ||
-        (g->a.scaling == QS_GEMM_SCALE_BLOCK_1X128 && g->b.scaling == QS_GEMM_SCALE_BLOCK_128X128);
+    int block_a = g->a.scaling == QS_GEMM_SCALE_BLOCK_1X128 ||
+                  g->a.scaling == QS_GEMM_SCALE_BLOCK_128X128,
+        block_b = g->b.scaling == QS_GEMM_SCALE_BLOCK_1X128 ||
+                  g->b.scaling == QS_GEMM_SCALE_BLOCK_128X128;
+    int layout_ok = g->a.scaling == QS_GEMM_SCALE_TENSOR ||
+                    (block_a && block_b &&
+                     !(g->a.scaling == QS_GEMM_SCALE_BLOCK_128X128 &&
+                       g->b.scaling == QS_GEMM_SCALE_BLOCK_128X128));
     return layout_ok && (g->acc.promote_every == 0 || g->acc.promote_every == 128) &&
            (g->out_dtype == QS_FP32 || g->out_dtype == QS_BF16) && pow2_alpha && g->beta == 0.0f;
 }

@@ -275,6 +275,7 @@ typedef struct qsi_dot {
     const float *sa, *sb;
     float ta, tb, alpha, beta, c;
     int emin_a, emin_b; /* exponent clamps of the operands' formats [GEMM-ACC-HOPPER-ALIGN] */
+    int vec_vec;        /* both operands block_1x128 [GEMM-ACC-HOPPER-VEC] */
     int64_t promote;
     const qsi_outfmt *out;
     qsi_xacc *x;
@@ -463,12 +464,14 @@ static float hopper_partial(const qsi_dot *d, int64_t k0, int64_t k1)
 
 /* [GEMM-ACC-HOPPER] [GEMM-ACC-PROMOTE]: segments end at every scale-group boundary and,
  * when promote_every = N > 0, at every multiple of N; each segment is one tensor-core
- * partial P, promoted as acc = fl(acc + s_g * P), one rounding. */
+ * partial P, promoted as acc = fl(acc + s_g * P), one rounding; with two block_1x128
+ * operands as acc = fl(acc + fl(P * sa) * sb) [GEMM-ACC-HOPPER-VEC]. */
 static float model_hopper(const qsi_dot *d)
 {
     float acc = 0.0f;
     for (int64_t g = 0; g < d->ngroups; g++) {
-        float sg = group_scale(d->sa, g) * group_scale(d->sb, g);
+        float sa = group_scale(d->sa, g), sb = group_scale(d->sb, g);
+        float sg = sa * sb;
         int64_t k0 = g * d->group;
         int64_t k1 = k0 + d->group < d->k ? k0 + d->group : d->k;
         while (k0 < k1) {
@@ -476,7 +479,10 @@ static float model_hopper(const qsi_dot *d)
             if (d->promote > 0 && (k0 / d->promote + 1) * d->promote < s1)
                 s1 = (k0 / d->promote + 1) * d->promote;
             float part = hopper_partial(d, k0, s1);
-            acc = fma32(sg, part, acc, d->x);
+            if (d->vec_vec)
+                acc = fma32(part * sa, sb, acc, d->x);
+            else
+                acc = fma32(sg, part, acc, d->x);
             k0 = s1;
         }
     }
@@ -654,6 +660,7 @@ static void dot_init(qsi_dot *d, const qs_gemm_params *p, const qs_gemm_operand 
     d->promote = p->acc.promote_every;
     d->emin_a = elem_emin(a->elem);
     d->emin_b = elem_emin(b->elem);
+    d->vec_vec = a->scaling == QS_GEMM_SCALE_BLOCK_1X128 && b->scaling == QS_GEMM_SCALE_BLOCK_1X128;
     d->out = outfmt_get(p->out_dtype);
     d->x = x;
 }

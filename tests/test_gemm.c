@@ -585,6 +585,40 @@ START_TEST(test_block_promotion_is_fused_with_a_rounded_scale_product)
 }
 END_TEST
 
+START_TEST(test_hopper_vec_vec_promotion_rounds_the_partial_times_the_row_scale)
+{
+    /* [GEMM-ACC-HOPPER-VEC]: block 0 gives P0 = -1 (scales 1), block 1 gives P1 = 1 with
+     * scales sa = sb = 1 + 2^-12. Two block_1x128 operands: fl(P1 sa) = 1 + 2^-12, then
+     * fl(-1 + (1 + 2^-12)(1 + 2^-12)) = fl(2^-11 + 2^-24) = 2^-11 + 2^-24 (exact).
+     * With a block_128x128 operand: s = fl(sa sb) = fl(1 + 2^-11 + 2^-24) = 1 + 2^-11 (the
+     * tie goes to even), then fl(-1 + s P1) = 2^-11. */
+    static float a[256], b[256];
+    fill(a, 256, 0.0f);
+    fill(b, 256, 0.0f);
+    a[0] = -1.0f;
+    b[0] = 1.0f;
+    a[128] = 1.0f;
+    b[128] = 1.0f;
+    const float s[2] = {1.0f, 1.0f + 0x1p-12f};
+    qs_gemm_operand vec_a = {a, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f, QS_DTYPE_INVALID};
+    qs_gemm_operand vec_b = {b, QS_GEMM_SCALE_BLOCK_1X128, s, 1.0f, QS_DTYPE_INVALID};
+    qs_gemm_operand blk_a = {a, QS_GEMM_SCALE_BLOCK_128X128, s, 1.0f, QS_DTYPE_INVALID};
+    qs_gemm_operand blk_b = {b, QS_GEMM_SCALE_BLOCK_128X128, s, 1.0f, QS_DTYPE_INVALID};
+    qs_gemm_params p = params(1, 1, 256, QS_GEMM_ACC_HOPPER_FP8_TC, 128);
+    float y;
+    ck_assert_int_eq(qs_gemm(NULL, &p, &vec_a, &vec_b, NULL, &y), QS_OK);
+    ASSERT_F32_EQ(y, 0x1p-11f + 0x1p-24f);
+    ck_assert_int_eq(qs_gemm(NULL, &p, &vec_a, &blk_b, NULL, &y), QS_OK);
+    ASSERT_F32_EQ(y, 0x1p-11f);
+    ck_assert_int_eq(qs_gemm(NULL, &p, &blk_a, &vec_b, NULL, &y), QS_OK);
+    ASSERT_F32_EQ(y, 0x1p-11f);
+    p.acc.kind = QS_GEMM_ACC_FP32_SEQ; /* the other models keep fl(sa sb) */
+    p.acc.promote_every = 0;
+    ck_assert_int_eq(qs_gemm(NULL, &p, &vec_a, &vec_b, NULL, &y), QS_OK);
+    ASSERT_F32_EQ(y, 0x1p-11f);
+}
+END_TEST
+
 START_TEST(test_mx_scales_apply_per_32_along_k)
 {
     /* [GEMM-SCALE-MX]: K = 64, A = 1..64 (k+1), B = 1, E8M0 scales (decoded) A [2^-3, 2^2],
@@ -897,6 +931,7 @@ int main(void)
     tcase_add_test(tc, test_tensor_scales_multiply_in_the_epilogue);
     tcase_add_test(tc, test_block_scales_index_rows_and_k_blocks);
     tcase_add_test(tc, test_block_promotion_is_fused_with_a_rounded_scale_product);
+    tcase_add_test(tc, test_hopper_vec_vec_promotion_rounds_the_partial_times_the_row_scale);
     tcase_add_test(tc, test_mx_scales_apply_per_32_along_k);
     tcase_add_test(tc, test_nvfp4_block_and_tensor_scales);
     tcase_add_test(tc, test_nonfinite_products_give_inf_or_canonical_nan);

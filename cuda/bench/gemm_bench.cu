@@ -761,7 +761,7 @@ void block_experiment(const char *dir, int analyze)
 {
     const int64_t mn = 2048, c = 128;
     const size_t nx = sizeof bexps / sizeof bexps[0];
-    std::vector<std::vector<double>> rate(nx, std::vector<double>(kUpd * kPart));
+    std::vector<std::vector<double>> rate(nx, std::vector<double>(kUpd * kPart + 1));
     printf("== block-scaled GEMMs against candidate promotion models (the 128 x 128 corner of a "
            "2048 x 2048 GEMM, bitwise); GPU outputs in %s\n",
            dir);
@@ -830,6 +830,13 @@ void block_experiment(const char *dir, int analyze)
                 rate[x][(size_t)(part * kUpd + upd)] = eq / (double)(c * c);
             }
         }
+        { /* the reference's model, as libqspec evaluates it */
+            std::vector<float> ym = model_fp8(r, c);
+            size_t eq = 0;
+            for (size_t i = 0; i < ym.size(); i++)
+                eq += memcmp(&ym[i], &yc[i], 4) == 0;
+            rate[x][(size_t)(kPart * kUpd)] = eq / (double)(c * c);
+        }
         printf("  %s done\n", e.name);
         fflush(stdout);
     }
@@ -843,6 +850,10 @@ void block_experiment(const char *dir, int analyze)
             printf("| %.4f ", rate[x][(size_t)i]);
         printf("|\n");
     }
+    printf("| libqspec hopper_fp8_tc, promote_every 128 ([GEMM-ACC-HOPPER-VEC]) ");
+    for (size_t x = 0; x < nx; x++)
+        printf("| %.4f ", rate[x][(size_t)(kPart * kUpd)]);
+    printf("|\n");
     printf("columns:");
     for (size_t x = 0; x < nx; x++)
         printf(" %d=%s", (int)x, bexps[x].name);
