@@ -39,8 +39,8 @@ typedef struct gemm_case {
 
 static qs_status gemm_params_get(qs_ctx *ctx, const qsk_case *c, gemm_case *g)
 {
-    static const char *const keys[] = {"operands",      "recipe", "a_role", "b_role", "acc",
-                                       "promote_every", "out",    "alpha",  NULL};
+    static const char *const keys[] = {"operands", "recipe", "a_role", "b_role", "acc",
+                                       "promote_every", "out", "alpha", "pow2", NULL};
     qs_status st = qsk_check_param_keys(ctx, c, keys);
     if (st != QS_OK)
         return st;
@@ -59,9 +59,12 @@ static qs_status gemm_params_get(qs_ctx *ctx, const qsk_case *c, gemm_case *g)
                             "%s:%d:%d: 'operands' and 'recipe' exclude each other: a recipe "
                             "quantizes the operands itself",
                             c->file, c->op_pos.line, c->op_pos.col);
-    if (g->recipe < 0 && (qsk_case_param(c, "a_role") || qsk_case_param(c, "b_role")))
-        return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: 'a_role' and 'b_role' need a 'recipe'",
-                            c->file, c->op_pos.line, c->op_pos.col);
+    if (g->recipe < 0 && (qsk_case_param(c, "a_role") || qsk_case_param(c, "b_role") ||
+                          qsk_case_param(c, "pow2")))
+        return qs_ctx_error(ctx, QS_ERR_FORMAT,
+                            "%s:%d:%d: 'a_role', 'b_role' and 'pow2' need a 'recipe'", c->file,
+                            c->op_pos.line, c->op_pos.col);
+    const qsk_param *pp = qsk_case_param(c, "pow2");
     uint64_t promote;
     st = qsk_param_u64(ctx, c, "promote_every", 0, &promote);
     if (st != QS_OK)
@@ -83,6 +86,9 @@ static qs_status gemm_params_get(qs_ctx *ctx, const qsk_case *c, gemm_case *g)
                 return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: recipe %s: %s", c->file,
                                     c->op_pos.line, c->op_pos.col, recipe_names[g->recipe],
                                     qs_ctx_errmsg(ctx));
+            if (pp && qs_recipe_config_set(ctx, &g->cfg[i], "pow2", pp->value) != QS_OK)
+                return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: pow2: %s", c->file,
+                                    pp->pos.line, pp->pos.col, qs_ctx_errmsg(ctx));
             g->cfg[i].rowwise = 1;
             g->cfg[i].columnwise = 0;
         }

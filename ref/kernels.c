@@ -169,22 +169,20 @@ static qs_status ref_operand_from(qs_ctx *ctx, const qs_gemm_coded_operand *c, i
          st->shape[1] != ng))
         s = qs_ctx_error(ctx, QS_ERR_SHAPE, "gemm: an operand's scales are not [%lld, %lld]",
                          (long long)qsi_ceil_div(rows, tile), (long long)ng);
-    if (s == QS_OK && ng && !(o->scales = malloc((size_t)(rows * ng + 1) * sizeof(float))))
+    /* the scales decoded in their own layout (one row per tile of rows): the model reads
+     * a 128x128 operand as one ([GEMM-ACC-HOPPER-VEC] tells it from 1x128) */
+    int64_t srows = ng ? qsi_ceil_div(rows, tile) : 0;
+    if (s == QS_OK && ng && !(o->scales = malloc((size_t)(srows * ng + 1) * sizeof(float))))
         s = qs_ctx_error(ctx, QS_ERR_NOMEM, "gemm: out of memory");
-    for (int64_t r = 0; s == QS_OK && r < rows && ng; r++)
-        for (int64_t g = 0; g < ng; g++) {
-            size_t at = (size_t)((r / tile) * ng + g);
-            o->scales[r * ng + g] = st->dtype == QS_FP32
-                                        ? qsi_f32_get(st, at)
-                                        : qs_decode_f32(st->dtype, qsi_code_get(st, at));
-        }
+    for (int64_t at = 0; s == QS_OK && at < srows * ng; at++)
+        o->scales[at] = st->dtype == QS_FP32 ? qsi_f32_get(st, (size_t)at)
+                                             : qs_decode_f32(st->dtype, qsi_code_get(st, (size_t)at));
     if (s != QS_OK) {
         ref_operand_free(o);
         return s;
     }
     o->op.data = o->values;
-    o->op.scaling =
-        c->scaling == QS_GEMM_SCALE_BLOCK_128X128 ? QS_GEMM_SCALE_BLOCK_1X128 : c->scaling;
+    o->op.scaling = c->scaling;
     o->op.block_scale = o->scales;
     o->op.tensor_scale = c->tensor_scale;
     o->op.elem = c->data->dtype; /* the exponent clamp of [GEMM-ACC-HOPPER-ALIGN] */

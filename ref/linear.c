@@ -155,18 +155,23 @@ qs_status qs_linear_operand_from(qs_ctx *ctx, const qs_quantized *qz, qs_directi
     out->rows = dir == QS_DIR_ROW ? qz->rows : qz->cols;
     out->k = dir == QS_DIR_ROW ? qz->cols : qz->rows;
     int64_t group = layouts[li].group, ng = group ? qsi_ceil_div(out->k, group) : 0;
+    /* a 128x128-tiled block copy keeps one scale row per tile: the Hopper model promotes a
+     * 128x128 operand's partials otherwise than a 1x128 one's ([GEMM-ACC-HOPPER-VEC]) */
+    int tiled = layouts[li].kind == QS_RECIPE_BLOCK && qz->cfg.tile_2d;
+    int64_t srows = tiled ? qsi_ceil_div(out->rows, 128) : out->rows;
     out->values = malloc((size_t)(out->rows * out->k) * sizeof(float));
-    out->scales = ng ? malloc((size_t)(out->rows * ng) * sizeof(float)) : NULL;
+    out->scales = ng ? malloc((size_t)(srows * ng) * sizeof(float)) : NULL;
     if (!out->values || (ng && !out->scales)) {
         qs_linear_operand_free(out);
         return qs_ctx_error(ctx, QS_ERR_NOMEM, "linear: out of memory");
     }
     view_values(qz, dir, li, out);
-    for (int64_t r = 0; r < out->rows && ng; r++)
+    for (int64_t r = 0; r < srows && ng; r++)
         for (int64_t g = 0; g < ng; g++)
-            out->scales[r * ng + g] = scale_value(qz, dir, scale_index(qz, dir, li, r, g));
+            out->scales[r * ng + g] =
+                scale_value(qz, dir, scale_index(qz, dir, li, tiled ? r * 128 : r, g));
     out->op.data = out->values;
-    out->op.scaling = layouts[li].mode;
+    out->op.scaling = tiled ? QS_GEMM_SCALE_BLOCK_128X128 : layouts[li].mode;
     out->op.block_scale = out->scales;
     out->op.tensor_scale = 1.0f;
     out->op.elem = qz->elem;

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "qspec/status.h"
@@ -76,10 +77,13 @@ qs_status qs_ctx_error(qs_ctx *ctx, qs_status s, const char *fmt, ...)
 {
     if (!ctx)
         return s;
+    /* formatted aside first: an argument may be the context's own message */
+    char msg[sizeof ctx->errmsg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->errmsg, sizeof ctx->errmsg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(ctx->errmsg, msg, sizeof msg);
     ctx->last_status = s;
     return s;
 }

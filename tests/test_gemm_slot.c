@@ -475,7 +475,15 @@ START_TEST(test_recipe_parameters_are_checked)
     ck_assert_int_eq(check_one(ctx, "recipe: nvfp4, acc: hopper_fp8_tc"), QS_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "hopper_fp8_tc has no model for nvfp4"));
     ck_assert_int_eq(check_one(ctx, "operands: e4m3, a_role: weight"), QS_ERR_FORMAT);
-    ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "'a_role' and 'b_role' need a 'recipe'"));
+    ck_assert_ptr_nonnull(
+        strstr(qs_ctx_errmsg(ctx), "'a_role', 'b_role' and 'pow2' need a 'recipe'"));
+    ck_assert_int_eq(check_one(ctx, "operands: e4m3, pow2: 0"), QS_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "'pow2' need a 'recipe'"));
+    ck_assert_int_eq(check_one(ctx, "recipe: block, pow2: 0, acc: hopper_fp8_tc"), QS_OK);
+    ck_assert_int_eq(check_one(ctx, "recipe: mxfp8, pow2: 0"), QS_ERR_FORMAT);
+    ck_assert_str_eq(qs_ctx_errmsg(ctx),
+                     "x.yaml:6:35: pow2: recipe option 'pow2' does not apply to recipe mxfp8");
+    ck_assert_int_eq(check_one(ctx, "recipe: block, pow2: maybe"), QS_ERR_FORMAT);
     ck_assert_int_eq(check_one(ctx, "recipe: delayed"), QS_ERR_FORMAT);
     ck_assert_int_eq(check_one(ctx, "recipe: current, b_role: boss"), QS_ERR_FORMAT);
     qs_ctx_free(ctx);

@@ -47,6 +47,20 @@ START_TEST(test_ctx_records_message_and_status)
 }
 END_TEST
 
+/* A message may wrap the context's own: the caller that adds file:line to a callee's error
+ * passes qs_ctx_errmsg(ctx) as an argument. */
+START_TEST(test_message_can_wrap_the_previous_one)
+{
+    qs_ctx *ctx = qs_ctx_new();
+    qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "option pow2 does not apply to recipe mxfp8");
+    qs_ctx_error(ctx, QS_ERR_FORMAT, "cases.yaml:15:61: pow2: %s", qs_ctx_errmsg(ctx));
+    ck_assert_str_eq(qs_ctx_errmsg(ctx),
+                     "cases.yaml:15:61: pow2: option pow2 does not apply to recipe mxfp8");
+    ck_assert_int_eq(qs_ctx_errstatus(ctx), QS_ERR_FORMAT);
+    qs_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_two_contexts_do_not_interact)
 {
     qs_ctx *a = qs_ctx_new(), *b = qs_ctx_new();
@@ -91,6 +105,7 @@ int main(void)
     tcase_add_test(tc, test_ctx_records_message_and_status);
     tcase_add_test(tc, test_two_contexts_do_not_interact);
     tcase_add_test(tc, test_long_message_is_truncated_not_overrun);
+    tcase_add_test(tc, test_message_can_wrap_the_previous_one);
     tcase_add_test(tc, test_null_ctx_is_accepted);
     suite_add_tcase(s, tc);
     return qst_run(s);

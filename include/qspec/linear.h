@@ -36,7 +36,9 @@ typedef struct qs_linear_operand {
     qs_gemm_operand op;
     int64_t rows, k;
     float *values; /* rows x k decoded element values */
-    float *scales; /* rows x ngroups group scales (NULL for tensorwise recipes) */
+    float *scales; /* rows x ngroups group scales (NULL for tensorwise recipes); for a block
+                      copy in 128x128 tiles (op.scaling QS_GEMM_SCALE_BLOCK_128X128) one row
+                      per 128 rows */
 } qs_linear_operand;
 
 /* Builds the view; QS_ERR_INVALID_ARG if dir was not produced. Free with
