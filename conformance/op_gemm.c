@@ -39,8 +39,8 @@ typedef struct gemm_case {
 
 static qs_status gemm_params_get(qs_ctx *ctx, const qsk_case *c, gemm_case *g)
 {
-    static const char *const keys[] = {"operands", "recipe", "a_role", "b_role", "acc",
-                                       "promote_every", "out", "alpha", "pow2", NULL};
+    static const char *const keys[] = {"operands",      "recipe", "a_role", "b_role", "acc",
+                                       "promote_every", "out",    "alpha",  "pow2",   NULL};
     qs_status st = qsk_check_param_keys(ctx, c, keys);
     if (st != QS_OK)
         return st;
@@ -59,8 +59,8 @@ static qs_status gemm_params_get(qs_ctx *ctx, const qsk_case *c, gemm_case *g)
                             "%s:%d:%d: 'operands' and 'recipe' exclude each other: a recipe "
                             "quantizes the operands itself",
                             c->file, c->op_pos.line, c->op_pos.col);
-    if (g->recipe < 0 && (qsk_case_param(c, "a_role") || qsk_case_param(c, "b_role") ||
-                          qsk_case_param(c, "pow2")))
+    if (g->recipe < 0 &&
+        (qsk_case_param(c, "a_role") || qsk_case_param(c, "b_role") || qsk_case_param(c, "pow2")))
         return qs_ctx_error(ctx, QS_ERR_FORMAT,
                             "%s:%d:%d: 'a_role', 'b_role' and 'pow2' need a 'recipe'", c->file,
                             c->op_pos.line, c->op_pos.col);
@@ -87,8 +87,8 @@ static qs_status gemm_params_get(qs_ctx *ctx, const qsk_case *c, gemm_case *g)
                                     c->op_pos.line, c->op_pos.col, recipe_names[g->recipe],
                                     qs_ctx_errmsg(ctx));
             if (pp && qs_recipe_config_set(ctx, &g->cfg[i], "pow2", pp->value) != QS_OK)
-                return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: pow2: %s", c->file,
-                                    pp->pos.line, pp->pos.col, qs_ctx_errmsg(ctx));
+                return qs_ctx_error(ctx, QS_ERR_FORMAT, "%s:%d:%d: pow2: %s", c->file, pp->pos.line,
+                                    pp->pos.col, qs_ctx_errmsg(ctx));
             g->cfg[i].rowwise = 1;
             g->cfg[i].columnwise = 0;
         }

@@ -28,11 +28,11 @@ typedef struct qsk_case_result {
     char message[512]; /* the first failure line's text, or why the case was skipped */
     char *out;         /* the case's failure lines as printed (malloc'd) */
     size_t outlen;
-    int lines;                       /* failure lines recorded, shown or not */
-    double seconds;                  /* wall time the case took */
-    double ref_seconds;              /* of which the reference's run; < 0 when it did not run */
-    int metered;                     /* a plugin ran the case: slots holds its kernel slots' time */
-    int backend_error; /* the plugin returned an error: its worker is not reused [CASE-ISOLATE] */
+    int lines;          /* failure lines recorded, shown or not */
+    double seconds;     /* wall time the case took */
+    double ref_seconds; /* of which the reference's run; < 0 when it did not run */
+    int metered;        /* a plugin ran the case: slots holds its kernel slots' time */
+    int backend_error;  /* the plugin returned an error: its worker is not reused [CASE-ISOLATE] */
     qsk_slot_time slots[QSK_NSLOTS]; /* [CASE-TIMING] */
     qsk_out_fail *fails;             /* malloc'd */
     size_t nfails;

@@ -175,8 +175,9 @@ static qs_status ref_operand_from(qs_ctx *ctx, const qs_gemm_coded_operand *c, i
     if (s == QS_OK && ng && !(o->scales = malloc((size_t)(srows * ng + 1) * sizeof(float))))
         s = qs_ctx_error(ctx, QS_ERR_NOMEM, "gemm: out of memory");
     for (int64_t at = 0; s == QS_OK && at < srows * ng; at++)
-        o->scales[at] = st->dtype == QS_FP32 ? qsi_f32_get(st, (size_t)at)
-                                             : qs_decode_f32(st->dtype, qsi_code_get(st, (size_t)at));
+        o->scales[at] = st->dtype == QS_FP32
+                            ? qsi_f32_get(st, (size_t)at)
+                            : qs_decode_f32(st->dtype, qsi_code_get(st, (size_t)at));
     if (s != QS_OK) {
         ref_operand_free(o);
         return s;

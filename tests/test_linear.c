@@ -116,15 +116,15 @@ static void check_view(const qs_quantized *qz, qs_direction dir, const char *wha
     ck_assert_int_eq(qs_linear_operand_from(NULL, qz, dir, &v), QS_OK);
     ck_assert_int_eq(qs_dequantize(NULL, qz, dir, &deq), QS_OK);
     if (qz->cfg.kind == QS_RECIPE_BLOCK) /* the model tells the two layouts apart */
-        ck_assert_int_eq(v.op.scaling, qz->cfg.tile_2d ? QS_GEMM_SCALE_BLOCK_128X128
-                                                       : QS_GEMM_SCALE_BLOCK_1X128);
+        ck_assert_int_eq(v.op.scaling,
+                         qz->cfg.tile_2d ? QS_GEMM_SCALE_BLOCK_128X128 : QS_GEMM_SCALE_BLOCK_1X128);
     int64_t tile = v.op.scaling == QS_GEMM_SCALE_BLOCK_128X128 ? 128 : 1;
-    int64_t group = v.op.scaling == QS_GEMM_SCALE_BLOCK_1X128 ||
-                            v.op.scaling == QS_GEMM_SCALE_BLOCK_128X128
-                        ? 128
-                    : v.op.scaling == QS_GEMM_SCALE_MX        ? 32
-                    : v.op.scaling == QS_GEMM_SCALE_NVFP4     ? 16
-                                                              : 0;
+    int64_t group =
+        v.op.scaling == QS_GEMM_SCALE_BLOCK_1X128 || v.op.scaling == QS_GEMM_SCALE_BLOCK_128X128
+            ? 128
+        : v.op.scaling == QS_GEMM_SCALE_MX    ? 32
+        : v.op.scaling == QS_GEMM_SCALE_NVFP4 ? 16
+                                              : 0;
     int64_t ng = group ? (v.k + group - 1) / group : 0;
     for (int64_t r = 0; r < v.rows; r++) {
         for (int64_t k = 0; k < v.k; k++) {
