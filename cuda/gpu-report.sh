@@ -10,7 +10,8 @@
 #                   at a time, so a case cut by the budget costs only its own verdict;
 #                   large/ID.txt and large/ID.json each case's output and report
 #   torch-large/    the production-size framework cases through the PyTorch adapter
-#                   (make check-torch-large), when PYTHON has torch and torchao
+#                   (make check-torch-large), when PYTHON has torch and torchao: the summary
+#                   and each case's log (the answers, about 300 MB a case, are removed)
 #   checks.txt      cuda/attn_check (the reference-order slots bitwise, the chunked GDN
 #                   slots against the reference) and gemm_bench's agreement rows
 #   block/          gemm_bench --block-experiment: the block-scaled GEMM outputs beside the
@@ -80,6 +81,7 @@ checks() {
             env QSPEC="$Q" QS_SRCDIR="$S" QS_TORCH_PYTHON="$PY" \
             QS_TORCH_SUITES="$S/conformance/framework/large" QS_TORCH_OUT="$OUT/torch-large" \
             sh "$S/tests/framework_torch.sh" &
+    local torch=$!
     else
         echo "framework cases, large: not run ($PY has no torch and torchao)" >>"$OUT/summary.txt"
     fi
@@ -94,6 +96,7 @@ checks() {
         --quiet --report-json "$OUT/large/{}.json" --filter "{}" "$S/conformance/cases/large"' \
         <"$OUT/large/ids.txt"
     wait
+    [ -n "${torch:-}" ] && rm -rf "$OUT/torch-large/answers"
     while read -r id; do cat "$OUT/large/$id.txt"; done <"$OUT/large/ids.txt" >"$OUT/large.txt"
     step "attn_check" checks.txt 10 "$B/cuda/attn_check" --no-timing
     step "attn_check (QSPEC_CUDA_GDN=chunk)" checks.txt 5 env QSPEC_CUDA_GDN=chunk \
