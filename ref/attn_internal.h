@@ -6,12 +6,37 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "qspec/format.h"
 #include "qspec/status.h"
 #include "qspec/tensor.h"
 
+/* x rounded to BF16 (RNE; a NaN becomes the quiet NaN 0x7FC00000), as an FP32 value: the
+ * body of qs_round_bf16, inline for the engine's rounding points (every element of every
+ * BF16 intermediate passes through one). */
+static inline float qsi_round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        u = 0x7FC00000u;
+    else
+        u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    float r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+
 /* Rounds an FP32 value to dt (QS_FP32: unchanged; BF16/FP16: RNE) [ATTN-DTYPE]. */
-float qsi_attn_round(qs_dtype dt, float x);
+static inline float qsi_attn_round(qs_dtype dt, float x)
+{
+    if (dt == QS_BF16)
+        return qsi_round_bf16(x);
+    if (dt == QS_FP16)
+        return qs_round_f16(x);
+    return x;
+}
 /* QS_ERR_DTYPE unless dt is QS_FP32, QS_BF16 or QS_FP16. */
 qs_status qsi_attn_check_dtype(qs_ctx *ctx, const char *fn, qs_dtype dt);
 /* QS_ERR_INVALID_ARG when x is NULL or an element of x[0..n) is not a dt value. */

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "attn_internal.h"
 #include "internal.h"
 #include "qspec/format.h"
 
@@ -511,15 +512,7 @@ float qs_f16_to_f32(uint16_t h)
  * value is the positive quiet NaN); the engine calls it at every BF16 rounding point. */
 float qs_round_bf16(float x)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-        u = 0x7FC00000u;
-    else
-        u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    float r;
-    memcpy(&r, &u, sizeof r);
-    return r;
+    return qsi_round_bf16(x);
 }
 
 float qs_round_f16(float x)

@@ -14,15 +14,6 @@
 
 /* ---------------------------------------------------------------- shared helpers */
 
-float qsi_attn_round(qs_dtype dt, float x)
-{
-    if (dt == QS_BF16)
-        return qs_round_bf16(x);
-    if (dt == QS_FP16)
-        return qs_round_f16(x);
-    return x;
-}
-
 qs_status qsi_attn_check_dtype(qs_ctx *ctx, const char *fn, qs_dtype dt)
 {
     if (dt != QS_FP32 && dt != QS_BF16 && dt != QS_FP16)
