@@ -6,27 +6,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
+#include "internal.h"
 #include "qspec/format.h"
 #include "qspec/status.h"
 #include "qspec/tensor.h"
-
-/* x rounded to BF16 (RNE; a NaN becomes the quiet NaN 0x7FC00000), as an FP32 value: the
- * body of qs_round_bf16, inline for the engine's rounding points (every element of every
- * BF16 intermediate passes through one). */
-static inline float qsi_round_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-        u = 0x7FC00000u;
-    else
-        u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    float r;
-    memcpy(&r, &u, sizeof r);
-    return r;
-}
 
 /* Rounds an FP32 value to dt (QS_FP32: unchanged; BF16/FP16: RNE) [ATTN-DTYPE]. */
 static inline float qsi_attn_round(qs_dtype dt, float x)

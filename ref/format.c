@@ -6,7 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "attn_internal.h"
 #include "internal.h"
 #include "qspec/format.h"
 

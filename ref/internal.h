@@ -3,12 +3,31 @@
 #ifndef QSPEC_REF_INTERNAL_H
 #define QSPEC_REF_INTERNAL_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "qspec/backend.h"
 #include "qspec/scope.h"
 #include "qspec/status.h"
 
 #define QSI_ERRMSG_LEN         512
 #define QSI_MAX_COUNTED_GROUPS 16
+
+/* x rounded to BF16 (RNE; a NaN becomes the quiet NaN 0x7FC00000), as an FP32 value: the
+ * body of qs_round_bf16, inline for the engine's rounding points (every element of every
+ * BF16 intermediate passes through one). */
+static inline float qsi_round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        u = 0x7FC00000u;
+    else
+        u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    float r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
 
 /* One entered region: its token and the state it replaced (ref/scope.c). */
 typedef struct qsi_scope_frame {

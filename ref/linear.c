@@ -74,8 +74,9 @@ void qs_linear_options_default(qs_linear_options *opt, qs_recipe_kind kind)
 
 /* Per recipe: the GEMM scaling mode of its copies, the scale-group width along k, the
  * rows one scale covers in 2-D tiles, and whether the columnwise codes are stored
- * transposed ([REC-LAYOUT]: all but MXFP8). Block scales are handed to the GEMM one per
- * row and group (a 128x128 tile repeats its scale on each of its rows: the same values). */
+ * transposed ([REC-LAYOUT]: all but MXFP8). Block scales in 128x128 tiles are handed to the
+ * GEMM one per tile row and group, as block_128x128 ([GEMM-ACC-HOPPER-VEC] promotes them
+ * otherwise than 1x128 ones); NVFP4's 16x16 tiles one per row (its GEMM mode is per row). */
 static const struct {
     qs_recipe_kind kind;
     qs_gemm_scaling mode;
@@ -155,10 +156,9 @@ qs_status qs_linear_operand_from(qs_ctx *ctx, const qs_quantized *qz, qs_directi
     out->rows = dir == QS_DIR_ROW ? qz->rows : qz->cols;
     out->k = dir == QS_DIR_ROW ? qz->cols : qz->rows;
     int64_t group = layouts[li].group, ng = group ? qsi_ceil_div(out->k, group) : 0;
-    /* a 128x128-tiled block copy keeps one scale row per tile: the Hopper model promotes a
-     * 128x128 operand's partials otherwise than a 1x128 one's ([GEMM-ACC-HOPPER-VEC]) */
-    int tiled = layouts[li].kind == QS_RECIPE_BLOCK && qz->cfg.tile_2d;
-    int64_t srows = tiled ? qsi_ceil_div(out->rows, 128) : out->rows;
+    int64_t tile =
+        layouts[li].kind == QS_RECIPE_BLOCK && qz->cfg.tile_2d ? layouts[li].tile_rows : 1;
+    int64_t srows = qsi_ceil_div(out->rows, tile);
     out->values = malloc((size_t)(out->rows * out->k) * sizeof(float));
     out->scales = ng ? malloc((size_t)(srows * ng) * sizeof(float)) : NULL;
     if (!out->values || (ng && !out->scales)) {
@@ -168,10 +168,9 @@ qs_status qs_linear_operand_from(qs_ctx *ctx, const qs_quantized *qz, qs_directi
     view_values(qz, dir, li, out);
     for (int64_t r = 0; r < srows && ng; r++)
         for (int64_t g = 0; g < ng; g++)
-            out->scales[r * ng + g] =
-                scale_value(qz, dir, scale_index(qz, dir, li, tiled ? r * 128 : r, g));
+            out->scales[r * ng + g] = scale_value(qz, dir, scale_index(qz, dir, li, r * tile, g));
     out->op.data = out->values;
-    out->op.scaling = tiled ? QS_GEMM_SCALE_BLOCK_128X128 : layouts[li].mode;
+    out->op.scaling = tile > 1 ? QS_GEMM_SCALE_BLOCK_128X128 : layouts[li].mode;
     out->op.block_scale = out->scales;
     out->op.tensor_scale = 1.0f;
     out->op.elem = qz->elem;
