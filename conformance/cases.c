@@ -846,3 +846,12 @@ const qsk_input *qsk_case_input(const qsk_case *c, const char *name)
             return &c->inputs[i];
     return NULL;
 }
+
+void qsk_shape_text(int nd, const int64_t *shape, int tuple, char *buf, size_t cap)
+{
+    size_t at = (size_t)snprintf(buf, cap, "%s", tuple ? "(" : "[");
+    for (int d = 0; d < nd && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (at < cap)
+        snprintf(buf + at, cap - at, "%s", !tuple ? "]" : nd == 1 ? ",)" : ")");
+}

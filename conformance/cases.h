@@ -122,6 +122,9 @@ const qsk_param *qsk_case_param(const qsk_case *c, const char *key);
 int qsk_parse_u64(const char *s, uint64_t *v);
 int qsk_parse_i64(const char *s, int64_t *v);
 const qsk_input *qsk_case_input(const qsk_case *c, const char *name);
+/* shape[0..nd) into buf as the manifests and messages write it, "[2, 3]", or with tuple as
+ * Python writes a tuple, "()", "(5,)", "(2, 3)". */
+void qsk_shape_text(int nd, const int64_t *shape, int tuple, char *buf, size_t cap);
 
 /* A tier's name in case files and on the command line ("default", "large"). */
 const char *qsk_tier_name(qsk_tier t);

@@ -148,24 +148,13 @@ static void free_inputs(qs_tensor *inputs, size_t nin)
         qs_tensor_free(&inputs[i]);
 }
 
-/* A shape as Python writes a tuple: "()", "(5,)", "(2, 3)". */
-static void shape_text(const qs_tensor *t, char *buf, size_t cap)
-{
-    size_t at = (size_t)snprintf(buf, cap, "(");
-    for (int d = 0; d < t->ndim && at < cap; d++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-    if (at < cap)
-        snprintf(buf + at, cap - at, "%s)", t->ndim == 1 ? "," : "");
-}
-
 /* ------------------------------------------------------------------ gen */
 
 static void json_shape(FILE *fp, const qs_tensor *t)
 {
-    fputc('[', fp);
-    for (int d = 0; d < t->ndim; d++)
-        fprintf(fp, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-    fputc(']', fp);
+    char buf[QS_MAX_DIMS * 24 + 4];
+    qsk_shape_text(t->ndim, t->shape, 0, buf, sizeof buf);
+    fputs(buf, fp);
 }
 
 void qsk_gen_json_tensor(FILE *fp, const char *name, const qs_tensor *t)
@@ -632,8 +621,8 @@ static int read_outputs(qs_ctx *ctx, const gen_args *a, const qsk_case *c, const
             qs_tensor_free(&t);
             return rc;
         }
-        shape_text(e, want, sizeof want);
-        shape_text(&t, have, sizeof have);
+        qsk_shape_text(e->ndim, e->shape, 1, want, sizeof want);
+        qsk_shape_text(t.ndim, t.shape, 1, have, sizeof have);
         if (strcmp(want, have) != 0) {
             qs_tensor_free(&t);
             return qsk_usage_error("verify", "%s: shape %s, but output %s of case %s has shape %s",

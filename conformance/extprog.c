@@ -279,16 +279,6 @@ static int file_exists(const char *path)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* A shape as the manifest writes it: "[2, 3]". */
-static void shape_text(const qs_tensor *t, char *buf, size_t cap)
-{
-    size_t at = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < t->ndim && at < cap; d++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-    if (at < cap)
-        snprintf(buf + at, cap - at, "]");
-}
-
 /* The folder may hold only the entries qskx_entry_ok allows and, inside a variant's folder,
  * its outputs and trace.jsonl. Returns an exit status after a usage error, or 0. */
 static int read_outputs(qs_ctx *ctx, xrun *x)
@@ -309,8 +299,8 @@ static int read_outputs(qs_ctx *ctx, xrun *x)
             return qsk_usage_error("verify", "%s", qs_ctx_errmsg(ctx));
         if (!qs_tensor_same_layout(&t, e)) {
             char have[160], want[160];
-            shape_text(&t, have, sizeof have);
-            shape_text(e, want, sizeof want);
+            qsk_shape_text(t.ndim, t.shape, 0, have, sizeof have);
+            qsk_shape_text(e->ndim, e->shape, 0, want, sizeof want);
             int rc = qsk_usage_error("verify", "%s: %s %s, but output %s of case %s is %s %s", path,
                                      qs_dtype_name(t.dtype), have, name, x->c->id,
                                      qs_dtype_name(e->dtype), want);

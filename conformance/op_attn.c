@@ -57,16 +57,6 @@ static qs_status shape_error(qs_ctx *ctx, const qsk_case *c, const char *what)
 
 /* ------------------------------------------------------------------ shapes of every input */
 
-/* Writes shape[0..nd) as "[a, b, c]". */
-static void shape_text(char *buf, size_t cap, int nd, const int64_t *shape)
-{
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < nd && n < cap; d++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    if (n < cap)
-        snprintf(buf + n, cap - n, "]");
-}
-
 /* The input name, when the case has it, must have exactly the shape want[0..nd) that the
  * other inputs imply (what says which): a mis-shaped input would be read out of bounds. */
 static qs_status attn_input_is(qs_ctx *ctx, const qsk_case *c, const char *name, int nd,
@@ -81,8 +71,8 @@ static qs_status attn_input_is(qs_ctx *ctx, const qsk_case *c, const char *name,
     if (same)
         return QS_OK;
     char got[160], exp[160];
-    shape_text(got, sizeof got, in->ndim, in->shape);
-    shape_text(exp, sizeof exp, nd, want);
+    qsk_shape_text(in->ndim, in->shape, 0, got, sizeof got);
+    qsk_shape_text(nd, want, 0, exp, sizeof exp);
     return qs_ctx_error(ctx, QS_ERR_FORMAT,
                         "%s:%d:%d: impossible shape: '%s' is %s, expected %s (%s)", c->file,
                         in->pos.line, in->pos.col, name, got, exp, what);
