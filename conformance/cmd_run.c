@@ -13,7 +13,6 @@
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "certify.h"
@@ -54,13 +53,6 @@ static int tier_mask(const char *name)
     return t < 0 ? -1 : 1 << t;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void tensor_digest(const qs_tensor *t, char hex[65])
 {
     qsk_sha256_hex(t->data, t->nbytes, hex);
@@ -69,7 +61,7 @@ static void tensor_digest(const qs_tensor *t, char hex[65])
 static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int update,
                      case_result *r, qsk_results *ref_keep)
 {
-    double t0 = now_seconds();
+    double t0 = qsk_now_seconds();
     qsk_result_init(r, c);
     const qsk_op *op = qsk_op_find(c->op);
     qs_tensor inputs[16];
@@ -80,9 +72,9 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
         st = qsk_input_generate(ctx, &c->inputs[nin], &inputs[nin]);
     int ref_runs = !(pl && c->self_only); /* [CASE-TIER-SELF] */
     if (st == QS_OK && ref_runs) {
-        double t_ref = now_seconds();
+        double t_ref = qsk_now_seconds();
         st = op->run_ref(ctx, c, inputs, &ref);
-        r->ref_seconds = now_seconds() - t_ref;
+        r->ref_seconds = qsk_now_seconds() - t_ref;
     }
     if (st != QS_OK) {
         qsk_result_fail(r, "the reference failed: %s", qs_ctx_errmsg(ctx));
@@ -111,7 +103,7 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
         qs_tensor_free(&inputs[i]);
     qsk_results_free(&got);
     *ref_keep = ref;
-    r->seconds = now_seconds() - t0;
+    r->seconds = qsk_now_seconds() - t0;
 }
 
 /* Prints what a case printed: its failure lines, then under --timing its TIME line. */

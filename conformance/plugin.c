@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "fileio.h"
 #include "plugin.h"
+#include "run.h"
 
 #ifndef QSPEC_PLUGINDIR
 #define QSPEC_PLUGINDIR "/usr/local/lib/qspec"
@@ -276,22 +276,15 @@ qs_status qsk_plugin_serial_init(qsk_plugin_serial *s, const qsk_plugin *pl)
     return QS_OK;
 }
 
-static double meter_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The metering slots: call the plugin's slot, add the call and its wall time. */
 #define QSK_METER_SLOT(slot, type)                                                                 \
     static qs_status meter_##slot(void *state, type a)                                             \
     {                                                                                              \
         qsk_plugin_meter *m = state;                                                               \
-        double t0 = meter_now();                                                                   \
+        double t0 = qsk_now_seconds();                                                             \
         qs_status st = m->of->table->slot(m->of->state, a);                                        \
         m->t[QSK_SLOT_##slot].calls++;                                                             \
-        m->t[QSK_SLOT_##slot].seconds += meter_now() - t0;                                         \
+        m->t[QSK_SLOT_##slot].seconds += qsk_now_seconds() - t0;                                   \
         return st;                                                                                 \
     }
 QSK_KERNEL_SLOTS(QSK_METER_SLOT)

@@ -1,17 +1,10 @@
 /* progress.c: the progress line of a run on a terminal (progress.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "progress.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "run.h"
 
 void qsk_progress_init(qsk_progress *p, size_t total, int want)
 {
@@ -19,12 +12,12 @@ void qsk_progress_init(qsk_progress *p, size_t total, int want)
     p->done = 0;
     p->total = total;
     p->id = "";
-    p->t0 = now_s();
+    p->t0 = qsk_now_seconds();
 }
 
 static void draw(const qsk_progress *p)
 {
-    long s = (long)(now_s() - p->t0);
+    long s = (long)(qsk_now_seconds() - p->t0);
     /* the id is cut so that the line stays within 80 columns */
     printf("\r\033[K[%zu/%zu] %.52s  %ld:%02ld:%02ld", p->done, p->total, p->id, s / 3600,
            s / 60 % 60, s % 60);

@@ -2,10 +2,12 @@
  * golden-digest check of the reference's outputs, and the comparison of a backend's
  * outputs with the reference's, keeping each failed comparison (with its error histogram)
  * for the reports. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "run.h"
 #include "sha256.h"
@@ -173,6 +175,13 @@ void qsk_compare_outputs(const qsk_case *c, const qsk_results *ref, const qsk_re
             qsk_result_fail(r, "output=%s index=%zu expected=%s observed=%s mismatches=%zu/%zu",
                             o->name, cr.first, cr.expected, cr.observed, cr.mismatches, e->numel);
     }
+}
+
+double qsk_now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 double qsk_backend_seconds(const qsk_case_result *r)

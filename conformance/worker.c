@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "qspec/qspec.h"
@@ -33,13 +32,6 @@ typedef struct result_head {
     double seconds, ref_seconds;
     qsk_slot_time slots[QSK_NSLOTS]; /* [CASE-TIMING] */
 } result_head;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void qsk_wait_text(int status, char *buf, size_t cap)
 {
@@ -218,7 +210,7 @@ static int read_frame(int fd, double deadline, char **buf, size_t *len, void (*t
     int in_body = 0;
     *buf = NULL;
     for (;;) {
-        double left = deadline - now_s();
+        double left = deadline - qsk_now_seconds();
         if (left <= 0) {
             free(b);
             return 2;
@@ -350,7 +342,7 @@ qs_status qsk_worker_start(qs_ctx *ctx, qsk_worker *w)
     w->started++;
     char *buf = NULL;
     size_t len = 0;
-    int rr = read_frame(w->from_fd, now_s() + w->timeout_s, &buf, &len, NULL, NULL);
+    int rr = read_frame(w->from_fd, qsk_now_seconds() + w->timeout_s, &buf, &len, NULL, NULL);
     int ok = 0;
     const char *fields[4] = {"", "", "", ""};
     if (rr == 0 && len > sizeof ok && buf[len - 1] == '\0') {
@@ -441,7 +433,7 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
 {
     const qsk_case *c = w->sel[index];
     const qsk_ranks *me = qsk_ranks_self();
-    double t0 = now_s();
+    double t0 = qsk_now_seconds();
     qsk_result_init(r, c);
     char why[400];
     if (me->nranks > 1 && qsk_case_dist_ranks(c) == me->nranks &&
@@ -457,7 +449,7 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
         if (w->pid <= 0 && qsk_worker_start(ctx, w) != QS_OK) {
             qsk_result_fail(r, "no worker could be started: %s", qs_ctx_errmsg(ctx));
             qsk_result_finish(r);
-            r->seconds = now_s() - t0;
+            r->seconds = qsk_now_seconds() - t0;
             return;
         }
         if (write_all(w->to_fd, &q, sizeof q) == 0)
@@ -467,7 +459,7 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
     if (w->pid <= 0) {
         qsk_result_fail(r, "the backend's worker ended before it could be given the case");
         qsk_result_finish(r);
-        r->seconds = now_s() - t0;
+        r->seconds = qsk_now_seconds() - t0;
         return;
     }
     char *buf = NULL;
@@ -480,7 +472,7 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
          * fresh worker, except under --ranks, where a fresh one could not join the others */
         if (r->backend_error && me->nranks <= 1)
             qsk_worker_stop(w);
-        r->seconds = now_s() - t0;
+        r->seconds = qsk_now_seconds() - t0;
         return;
     }
     free(buf);
@@ -500,7 +492,7 @@ void qsk_worker_run(qs_ctx *ctx, qsk_worker *w, size_t index, int seq, qsk_case_
                     rr == 1 ? "" : "; it was killed");
     qsk_result_finish(r);
     lose_ranks(w, how);
-    r->seconds = now_s() - t0;
+    r->seconds = qsk_now_seconds() - t0;
 }
 
 void qsk_worker_stop(qsk_worker *w)
@@ -513,7 +505,7 @@ void qsk_worker_stop(qsk_worker *w)
         w->to_fd = -1;
         char *buf = NULL;
         size_t len = 0;
-        int rr = read_frame(w->from_fd, now_s() + w->timeout_s, &buf, &len, NULL, NULL);
+        int rr = read_frame(w->from_fd, qsk_now_seconds() + w->timeout_s, &buf, &len, NULL, NULL);
         free(buf);
         if (rr == 1) { /* it closed its end: it is exiting */
             close(w->from_fd);
