@@ -3,11 +3,14 @@
  * multipliers) against the reference library on sampled and special FP32 inputs. Needs no
  * GPU, so CI runs it; it links libqspec (the plugin itself never does). Prints each
  * mismatch in hex; exit status 0 when everything agrees. Argument: the sample stride.
- * The format encoder/decoder and dequantization checks are in cuda/check_format.cuh. */
+ * The format encoder/decoder and dequantization checks are in cuda/check_format.cuh; the
+ * axiswise quantizers' (which also run the kernels of cuda/qc_axiswise.cu when a GPU is
+ * present) in cuda/check_axiswise.cuh. */
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check_axiswise.cuh"
 #include "check_format.cuh"
 #include "check_nvfp4.cuh"
 #include "qc_device.cuh"
@@ -142,6 +145,8 @@ int main(int argc, char **argv)
     g_bad += qc_check_formats(); /* cuda/check_format.cuh: cast, decode, dequantize */
     /* cuda/check_nvfp4.cuh: the NVFP4 quantizers */
     g_bad += qc_check_nvfp4(stride);
+    /* cuda/check_axiswise.cuh: torchao's rowwise recipes */
+    g_bad += qc_check_axiswise(stride * 4 + 1);
     printf("check_arith: stride %llu, %ld mismatches\n", (unsigned long long)stride, g_bad);
     return g_bad == 0 ? 0 : 1;
 }

@@ -13,7 +13,9 @@
 #                   (make check-torch-large), when PYTHON has torch and torchao: the summary
 #                   and each case's log (the answers, about 300 MB a case, are removed)
 #   checks.txt      cuda/attn_check (the reference-order slots bitwise, the chunked GDN
-#                   slots against the reference) and gemm_bench's agreement rows
+#                   slots against the reference), cuda/check_arith (with a GPU present, its
+#                   device half: format encoders, and the axiswise kernels against
+#                   qs_quantize) and gemm_bench's agreement rows
 #   block/          gemm_bench --block-experiment: the block-scaled GEMM outputs beside the
 #                   candidate promotion models (gemm_bench --block-analyze reads it back)
 #   bench.txt       attn_bench, gdn_bench and their peers (attn_peer.py, gdn_peer.py),
@@ -100,6 +102,7 @@ checks() {
     step "attn_check" checks.txt 10 "$B/cuda/attn_check" --no-timing
     step "attn_check (QSPEC_CUDA_GDN=chunk)" checks.txt 5 env QSPEC_CUDA_GDN=chunk \
         "$B/cuda/attn_check" --no-timing
+    step "check_arith" checks.txt 5 "$B/cuda/check_arith"
     step "gemm_bench agreement" checks.txt 5 "$B/cuda/bench/gemm_bench" 256 256 256 --agreement-block
     mkdir -p "$OUT/block"
     step "gemm_bench --block-experiment" checks.txt 5 "$B/cuda/bench/gemm_bench" 256 256 256 \

@@ -1,11 +1,12 @@
 /* plugin.cu: the CUDA backend plugin's entry point and device probe.
  * Built as libqspec-cuda.so against include/qspec/backend.h only. open() fails with a
  * clear reason when no CUDA device (or driver) is present. The table claims cast and the
- * delayed, current, mxfp8, block and nvfp4 quantizers (cuda/qc_slots.cu); torchao's
- * rowwise recipes are not supported (no QS_CAP_QUANT_ROWWISE).
- * dequantize (cuda/qc_dequant.cu) takes every recipe; the distributed slots run over NCCL
- * (cuda/qc_dist.cu) when the plugin was built with nccl.h; cast16, sdpa_fwd/bwd and
- * gdn_fwd/bwd are cuda/qc_cast16.cu, qc_sdpa.cu and qc_gdn.cu. */
+ * delayed, current, mxfp8, block, nvfp4 and torchao's rowwise and rowwise_with_gw_hp
+ * quantizers (cuda/qc_slots.cu; the axiswise kernels are cuda/qc_axiswise.cu).
+ * dequantize (cuda/qc_dequant.cu) takes every recipe but the two axiswise ones (it answers
+ * QS_ERR_UNSUPPORTED for them); the distributed slots run over NCCL (cuda/qc_dist.cu) when
+ * the plugin was built with nccl.h; cast16, sdpa_fwd/bwd and gdn_fwd/bwd are
+ * cuda/qc_cast16.cu, qc_sdpa.cu and qc_gdn.cu. */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
@@ -77,7 +78,7 @@ qs_backend make_table()
     t.caps = QS_CAP_CAST | QS_CAP_QUANT_DELAYED | QS_CAP_QUANT_CURRENT | QS_CAP_QUANT_MXFP8 |
              QS_CAP_QUANT_BLOCK | QS_CAP_QUANT_NVFP4 | QS_CAP_DEQUANT | QS_CAP_GEMM_TENSOR |
              QS_CAP_GEMM_BLOCK | QS_CAP_GEMM_MX | QS_CAP_GEMM_NVFP4 | QS_CAP_CAST16 | QS_CAP_SDPA |
-             QS_CAP_GDN;
+             QS_CAP_GDN | QS_CAP_QUANT_ROWWISE;
     t.open = cuda_open;
     t.close = cuda_close;
     t.device = cuda_device;

@@ -20,7 +20,7 @@ struct qc_input {
 /* The codes of a tensorwise or block copy: data and its scale tensor. */
 struct qc_copy {
     uint8_t *data;
-    void *scale; /* float (tensorwise, block) or uint8_t E8M0 codes (mxfp8) */
+    void *scale; /* float (tensorwise, block, axiswise) or uint8_t E8M0 codes (mxfp8) */
 };
 
 /* Tensorwise scale parameters [REC-CS-SCALE]: fixed (delayed) or from the amax (current). */
@@ -53,6 +53,23 @@ cudaError_t qc_mxfp8(const qc_input &in, int e5m2, int rule, qc_copy row, qc_cop
 cudaError_t qc_block_1d(const qc_input &in, const qc_block_params &p, qc_copy row, qc_copy col);
 /* [REC-BLK-2D] [REC-BLK-2D-COL]: 128x128 tiles, the columnwise copy the transpose. */
 cudaError_t qc_block_2d(const qc_input &in, const qc_block_params &p, qc_copy row, qc_copy col);
+/* torchao's axiswise recipes [REC-AX-*] (cuda/qc_axiswise.cu). How the columnwise copy is
+ * scaled [REC-AX-LAYOUT] [REC-AX-GWHP]: one scale per row of x^T; one scale for the tensor
+ * (rowwise_with_gw_hp's weight); or none, x^T in FP32 (its other roles). */
+enum { QC_AX_ROWS = 0, QC_AX_TENSOR = 1, QC_AX_HP = 2 };
+struct qc_axiswise_params {
+    int e5m2;     /* element format E5M2 (else E4M3) */
+    int pow2;     /* [REC-AX-POW2] */
+    int col_kind; /* QC_AX_*: how the columnwise copy is scaled */
+};
+/* [REC-AX-ROW] [REC-AX-COL] [REC-AX-GWHP]: the rowwise copy, codes [M,K] and FP32 scale_inv
+ * [M]; the columnwise copy x^T [K,M]: with QC_AX_ROWS codes and scale_inv [K]; with
+ * QC_AX_TENSOR codes with one scale from the tensor amax, whose magnitude bits (NaN
+ * propagating, qc::ax::amax_of) go to *max_mag (device memory) while col.scale is left to
+ * the host (qc::ax::fields_of); with QC_AX_HP col.data receives K*M FP32 values and
+ * col.scale is left to the host. */
+cudaError_t qc_axiswise(const qc_input &in, const qc_axiswise_params &p, qc_copy row, qc_copy col,
+                        uint32_t *max_mag);
 /* [FMT-OVF-SATFINITE] RNE cast of n FP32 values to E4M3 or E5M2 codes. */
 cudaError_t qc_cast_fp8(const float *in, size_t n, int e5m2, uint8_t *out);
 

@@ -6,6 +6,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "qc_axiswise.cuh"
 #include "qc_device.cuh"
 #include "qc_nvfp4.cuh"
 #include "qc_slots.h"
@@ -160,6 +161,68 @@ cudaError_t run_nvfp4(const qs_quantize_args *a, const qc_input &in, qs_quantize
     return err;
 }
 
+/* How copy d of an axiswise request is scaled, QC_AX_* [REC-AX-LAYOUT] [REC-AX-GWHP]. */
+int ax_kind(const qs_recipe_config *c, int d)
+{
+    return qc::ax::copy_kind(c->kind == QS_RECIPE_ROWWISE_GW_HP, c->role == QS_ROLE_WEIGHT, d);
+}
+
+/* [REC-INPUT] [REC-AX-LAYOUT]: an [M, K] input with M, K >= 1, and for each copy the kit
+ * allocated, data [M,K] or [K,M] of the element format (FP32 for the high-precision copy)
+ * and an FP32 scale per row of the copy, or one in all. */
+qs_status ax_request_ok(const qs_quantize_args *a)
+{
+    int64_t M = a->x->shape[0], K = a->x->shape[1];
+    if (M < 1 || K < 1)
+        return QS_ERR_SHAPE;
+    for (int d = 0; d < QS_DIR_COUNT; d++) {
+        const qs_tensor *data = &a->out->data[d], *scale = &a->out->scale[d];
+        int kind = ax_kind(a->cfg, d);
+        size_t n = static_cast<size_t>(M) * static_cast<size_t>(K);
+        size_t nscale = kind != QC_AX_ROWS ? 1 : static_cast<size_t>(d == QS_DIR_ROW ? M : K);
+        qs_dtype dt = kind == QC_AX_HP ? QS_FP32 : a->out->elem;
+        if (data->data && (data->dtype != dt || data->numel != n || !scale->data ||
+                           scale->dtype != QS_FP32 || scale->numel != nscale))
+            return QS_ERR_INVALID_ARG;
+    }
+    return QS_OK;
+}
+
+/* [REC-AX-*]: codes and per-row scales on the device; the columnwise copy's one scale and
+ * what every copy records besides its tensors (amax, global_enc, global_dec) from
+ * qc::ax::fields_of, as ref/recipe_axiswise.c leaves them. */
+cudaError_t run_axiswise(const qs_quantize_args *a, const qc_input &in, qs_quantized *z)
+{
+    const qs_recipe_config *c = a->cfg;
+    int kinds[QS_DIR_COUNT] = {ax_kind(c, QS_DIR_ROW), ax_kind(c, QS_DIR_COL)};
+    dev_out out;
+    qc_dev_buf mag;
+    cudaError_t err = out.alloc(z);
+    if (err == cudaSuccess)
+        err = mag.alloc(sizeof(uint32_t));
+    int e5 = z->elem == QS_E5M2;
+    qc_axiswise_params p = {e5, c->pow2, kinds[QS_DIR_COL]};
+    if (err == cudaSuccess)
+        err = qc_axiswise(in, p, out.copy(QS_DIR_ROW), out.copy(QS_DIR_COL), mag.u32());
+    if (err == cudaSuccess)
+        err = out.fetch(z, 1);
+    uint32_t mag_bits = 0;
+    if (err == cudaSuccess && z->data[QS_DIR_COL].data && kinds[QS_DIR_COL] == QC_AX_TENSOR)
+        err = cudaMemcpy(&mag_bits, mag.p, sizeof mag_bits, cudaMemcpyDeviceToHost);
+    for (int d = 0; d < QS_DIR_COUNT && err == cudaSuccess; d++) {
+        if (!z->data[d].data)
+            continue;
+        qc::ax::copy_fields f =
+            qc::ax::fields_of(kinds[d], mag_bits, e5 ? 57344.0f : 448.0f, c->pow2);
+        if (kinds[d] != QC_AX_ROWS)
+            memcpy(z->scale[d].data, &f.scale0, sizeof f.scale0);
+        z->amax[d] = f.amax;
+        z->global_enc[d] = f.enc;
+        z->global_dec[d] = f.dec;
+    }
+    return err;
+}
+
 } // namespace
 
 qs_status qc_slot_quantize(void *state, const qs_quantize_args *a)
@@ -170,11 +233,12 @@ qs_status qc_slot_quantize(void *state, const qs_quantize_args *a)
     int dt = input_kind(x->dtype);
     if (dt < 0 || x->ndim != 2 || kind >= QS_RECIPE_COUNT)
         return QS_ERR_UNSUPPORTED;
-    /* torchao's axiswise recipes [REC-AX-*]: not claimed (no QS_CAP_QUANT_ROWWISE) */
-    if (kind == QS_RECIPE_ROWWISE || kind == QS_RECIPE_ROWWISE_GW_HP)
-        return QS_ERR_UNSUPPORTED;
     if (kind != QS_RECIPE_NVFP4 && a->out->elem != QS_E4M3 && a->out->elem != QS_E5M2)
         return QS_ERR_UNSUPPORTED;
+    int axiswise = kind == QS_RECIPE_ROWWISE || kind == QS_RECIPE_ROWWISE_GW_HP;
+    qs_status st = axiswise ? ax_request_ok(a) : QS_OK; /* torchao's recipes [REC-AX-*] */
+    if (st != QS_OK)
+        return st;
     if (kind == QS_RECIPE_NVFP4 && a->cfg->rht && a->cfg->columnwise) { /* [REC-NV-RHT] */
         if (x->dtype != QS_BF16)
             return QS_ERR_DTYPE;
@@ -188,6 +252,8 @@ qs_status qc_slot_quantize(void *state, const qs_quantize_args *a)
     qc_input in = {xd.p, dt, x->shape[0], x->shape[1]};
     if (err == cudaSuccess && kind == QS_RECIPE_NVFP4)
         err = run_nvfp4(a, in, a->out);
+    else if (err == cudaSuccess && axiswise)
+        err = run_axiswise(a, in, a->out);
     else if (err == cudaSuccess)
         err = kind == QS_RECIPE_DELAYED || kind == QS_RECIPE_CURRENT ? run_tensorwise(a, in, a->out)
                                                                      : run_blocked(a, in, a->out);
