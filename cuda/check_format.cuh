@@ -224,8 +224,9 @@ void compare_dequant(qs_ctx *ctx, const qs_quantized *z, int dir, const char *wh
         return;
     }
     const qs_tensor *s = &z->scale[dir];
-    qc::dq::geometry g = qc::dq::geometry_of(z->cfg.kind, dir, z->rows, z->cols, z->cfg.tile_2d,
-                                             s->ndim == 2 ? s->shape[1] : 1);
+    qc::dq::geometry g =
+        qc::dq::geometry_of(qc::dq::layout_kind(z->cfg.kind, s->ndim), dir, z->rows, z->cols,
+                            z->cfg.tile_2d, s->ndim == 2 ? s->shape[1] : 1);
     const float *yr = static_cast<const float *>(y.data);
     for (int64_t r = 0; r < g.R; r++)
         for (int64_t c = 0; c < g.C; c++) {
@@ -275,6 +276,15 @@ void compare_dequant_any(qs_ctx *ctx, const qs_quantized *z, int dir, const char
             compare_dequant<QS_E5M2, SK_E8M0, C_PLAIN>(ctx, z, dir, what);
         else
             compare_dequant<QS_E4M3, SK_E8M0, C_PLAIN>(ctx, z, dir, what);
+        break;
+    case QS_RECIPE_ROWWISE:
+    case QS_RECIPE_ROWWISE_GW_HP:
+        if (z->data[dir].dtype == QS_FP32) /* the high-precision copy [REC-AX-GWHP] */
+            compare_dequant<QS_FP32, SK_F32, C_PLAIN>(ctx, z, dir, what);
+        else if (e5)
+            compare_dequant<QS_E5M2, SK_F32, C_PLAIN>(ctx, z, dir, what);
+        else
+            compare_dequant<QS_E4M3, SK_F32, C_PLAIN>(ctx, z, dir, what);
         break;
     default:
         if (z->cfg.nv_variant == QS_NV_TORCHAO)
@@ -364,6 +374,10 @@ void check_dequant_random(qs_ctx *ctx)
         {QS_RECIPE_NVFP4, {"variant", "torchao", "rht", "0", "sr", "0", nullptr}, false},
         {QS_RECIPE_NVFP4, {"variant", "torchao", "tile", "2d", "rht", "0", nullptr}, false},
         {QS_RECIPE_NVFP4, {"variant", "te", "rht", "1", nullptr}, true},
+        {QS_RECIPE_ROWWISE, {"role", "input", nullptr}, true},
+        {QS_RECIPE_ROWWISE, {"format", "e5m2", "pow2", "0", nullptr}, false},
+        {QS_RECIPE_ROWWISE_GW_HP, {"role", "weight", nullptr}, true},
+        {QS_RECIPE_ROWWISE_GW_HP, {"role", "input", nullptr}, false},
     };
     static const int64_t shapes[][2] = {{33, 70}, {130, 300}, {48, 64}, {1, 5}};
     for (const rc &c : cfgs)

@@ -112,6 +112,9 @@ bool dtypes_ok(int kind, qs_dtype elem, qs_dtype scale)
         return (elem == QS_E4M3 || elem == QS_E5M2) && scale == QS_FP32;
     case QS_RECIPE_MXFP8:
         return (elem == QS_E4M3 || elem == QS_E5M2) && scale == QS_E8M0;
+    case QS_RECIPE_ROWWISE: /* FP32 data: a high-precision copy [REC-AX-GWHP] */
+    case QS_RECIPE_ROWWISE_GW_HP:
+        return (elem == QS_E4M3 || elem == QS_E5M2 || elem == QS_FP32) && scale == QS_FP32;
     case QS_RECIPE_NVFP4:
         return elem == QS_E2M1 && scale == QS_E4M3;
     default:
@@ -128,14 +131,18 @@ cudaError_t qc_dequantize(const qc_dequant_params &p, const uint8_t *data, const
 {
     using namespace qc::dq;
     job j;
-    j.g = geometry_of(p.kind, p.col, p.rows, p.cols, p.tile_2d, p.scale_cols);
+    int kind = layout_kind(p.kind, p.scale_ndim);
+    j.g = geometry_of(kind, p.col, p.rows, p.cols, p.tile_2d, p.scale_cols);
     j.gdec = p.global_dec;
     uintptr_t code_align = p.elem == QS_E2M1 ? 2 : 4; /* the load of four codes */
-    j.vec = j.g.C % 4 == 0 && reinterpret_cast<uintptr_t>(data) % code_align == 0 &&
+    j.vec = p.elem != QS_FP32 && j.g.C % 4 == 0 &&
+            reinterpret_cast<uintptr_t>(data) % code_align == 0 &&
             reinterpret_cast<uintptr_t>(y) % 16 == 0;
     if (p.rows < 1 || p.cols < 1)
         return cudaErrorInvalidValue;
-    switch (p.kind) {
+    if (p.elem == QS_FP32) /* an axiswise high-precision copy: its values times 1 */
+        return launch<QS_FP32, SK_F32, C_PLAIN>(j, data, scale, y);
+    switch (kind) {
     case QS_RECIPE_DELAYED:
     case QS_RECIPE_CURRENT:
         return p.elem == QS_E5M2 ? launch<QS_E5M2, SK_F32, C_PLAIN>(j, data, scale, y)
@@ -143,6 +150,10 @@ cudaError_t qc_dequantize(const qc_dequant_params &p, const uint8_t *data, const
     case QS_RECIPE_BLOCK:
         return p.elem == QS_E5M2 ? launch<QS_E5M2, SK_F32, C_SCALE_FIRST>(j, data, scale, y)
                                  : launch<QS_E4M3, SK_F32, C_SCALE_FIRST>(j, data, scale, y);
+    case QS_RECIPE_ROWWISE: /* [REC-DEQ-AX]: fl(dec(q) * scale_inv of the copy's row) */
+    case QS_RECIPE_ROWWISE_GW_HP:
+        return p.elem == QS_E5M2 ? launch<QS_E5M2, SK_F32, C_PLAIN>(j, data, scale, y)
+                                 : launch<QS_E4M3, SK_F32, C_PLAIN>(j, data, scale, y);
     case QS_RECIPE_MXFP8:
         return p.elem == QS_E5M2 ? launch<QS_E5M2, SK_E8M0, C_PLAIN>(j, data, scale, y)
                                  : launch<QS_E4M3, SK_E8M0, C_PLAIN>(j, data, scale, y);
@@ -162,13 +173,13 @@ qs_status qc_slot_dequantize(void *state, const qs_dequantize_args *a)
     const qs_quantized *z = a ? a->in : nullptr;
     if (!z || !a->y || (unsigned)a->dir >= QS_DIR_COUNT)
         return QS_ERR_INVALID_ARG;
-    /* torchao's axiswise recipes (spec/recipes.md [REC-AX-*]) have no kernel here yet */
-    if (z->cfg.kind == QS_RECIPE_ROWWISE || z->cfg.kind == QS_RECIPE_ROWWISE_GW_HP)
-        return QS_ERR_UNSUPPORTED;
     const qs_tensor *d = &z->data[a->dir], *s = &z->scale[a->dir];
     int64_t M = z->rows, K = z->cols;
-    if (!d->data || !s->data || d->dtype != z->elem || M < 1 || K < 1 ||
-        !qc::dq::dtypes_ok(z->cfg.kind, z->elem, s->dtype))
+    /* an axiswise copy may hold FP32 values (the high-precision copy [REC-AX-GWHP]) */
+    bool ax = z->cfg.kind == QS_RECIPE_ROWWISE || z->cfg.kind == QS_RECIPE_ROWWISE_GW_HP;
+    bool hp = ax && d->dtype == QS_FP32;
+    if (!d->data || !s->data || (d->dtype != z->elem && !hp) || M < 1 || K < 1 ||
+        !qc::dq::dtypes_ok(z->cfg.kind, d->dtype, s->dtype))
         return QS_ERR_INVALID_ARG;
     size_t n = static_cast<size_t>(M) * static_cast<size_t>(K);
     if (d->numel != n || a->y->dtype != QS_FP32 || a->y->numel != n || !a->y->data || s->numel == 0)
@@ -176,14 +187,16 @@ qs_status qc_slot_dequantize(void *state, const qs_dequantize_args *a)
     qc_dequant_params p;
     p.kind = z->cfg.kind;
     p.col = a->dir == QS_DIR_COL;
-    p.elem = z->elem;
+    p.elem = d->dtype;
     p.rows = M;
     p.cols = K;
     p.tile_2d = z->cfg.tile_2d;
     p.torchao = z->cfg.nv_variant == QS_NV_TORCHAO;
     p.scale_cols = s->ndim == 2 ? s->shape[1] : 1;
+    p.scale_ndim = s->ndim;
     p.global_dec = z->global_dec[a->dir];
-    qc::dq::geometry g = qc::dq::geometry_of(p.kind, p.col, M, K, p.tile_2d, p.scale_cols);
+    qc::dq::geometry g = qc::dq::geometry_of(qc::dq::layout_kind(p.kind, p.scale_ndim), p.col, M,
+                                             K, p.tile_2d, p.scale_cols);
     if (qc::dq::scale_index(g, g.R - 1, g.C - 1) >= s->numel) /* the largest index read */
         return QS_ERR_INVALID_ARG;
     qc_dev_buf dd, sd, yd;

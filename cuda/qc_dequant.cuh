@@ -60,6 +60,12 @@ __host__ __device__ inline geometry geometry_of(int kind, int col, int64_t M, in
         g.br = tile_2d ? 16 : 1;
         g.bc = 16;
         break;
+    case QS_RECIPE_ROWWISE: /* [REC-AX-LAYOUT]: one scale per row of the copy */
+    case QS_RECIPE_ROWWISE_GW_HP:
+        g.br = 1;
+        g.bc = g.C;
+        g.sc = 1;
+        break;
     default: /* tensorwise: the one entry */
         g.br = g.R;
         g.bc = g.C;
@@ -69,15 +75,30 @@ __host__ __device__ inline geometry geometry_of(int kind, int col, int64_t M, in
     return g;
 }
 
+/* The kind whose geometry a copy has: an axiswise copy with one scale for the tensor
+ * (rowwise_with_gw_hp's weight, and its high-precision copies, scale 1) is laid out as a
+ * tensorwise one [REC-AX-GWHP]. */
+__host__ __device__ inline int layout_kind(int kind, int scale_ndim)
+{
+    bool ax = kind == QS_RECIPE_ROWWISE || kind == QS_RECIPE_ROWWISE_GW_HP;
+    return ax && scale_ndim == 1 ? QS_RECIPE_CURRENT : kind;
+}
+
 __host__ __device__ __forceinline__ size_t scale_index(const geometry &g, int64_t r, int64_t c)
 {
     return static_cast<size_t>((r / g.br) * g.sc + c / g.bc);
 }
 
 /* Code of element i of a data tensor: E2M1 packed two a byte, element 2i in the low
- * nibble of byte i [REC-LAYOUT]; other codes one a byte. */
+ * nibble of byte i [REC-LAYOUT]; the bits of an FP32 value (an axiswise high-precision
+ * copy [REC-AX-GWHP]); other codes one a byte. */
 template <int ELEM> __host__ __device__ __forceinline__ uint32_t code_at(const uint8_t *d, size_t i)
 {
+    if (ELEM == QS_FP32) {
+        uint32_t w;
+        memcpy(&w, d + 4 * i, sizeof w);
+        return w;
+    }
     if (ELEM == QS_E2M1)
         return (d[i / 2] >> (4 * (i % 2))) & 0xFu;
     return d[i];
@@ -105,7 +126,7 @@ __host__ __device__ __forceinline__ float value(uint32_t q, float s, float gdec)
         return fmt::mul_ref(fmt::mul_ref(s, v), gdec);
     if (COMB == C_SCALE_FIRST) /* [REC-DEQ-BLK]: fl(dec(q) * scale_inv) */
         return fmt::mul_ref(s, v);
-    return fmt::mul_ref(v, s); /* [REC-DEQ-TW] [REC-DEQ-MX]: fl(dec(q) * scale) */
+    return fmt::mul_ref(v, s); /* [REC-DEQ-TW] [REC-DEQ-MX] [REC-DEQ-AX]: fl(dec(q) * scale) */
 }
 
 /* Whether one of the element's products has two NaN operands: then the NaN's bits depend

@@ -108,11 +108,13 @@ cudaError_t qc_cast(const float *in, size_t n, int dtype, int round, int overflo
 struct qc_dequant_params {
     int kind;           /* qs_recipe_kind */
     int col;            /* 0 the rowwise copy, 1 the columnwise copy */
-    int elem;           /* qs_dtype of the codes: E4M3, E5M2, or E2M1 (nvfp4) */
+    int elem;           /* qs_dtype of the codes: E4M3, E5M2, E2M1 (nvfp4), or FP32 (an
+                         * axiswise high-precision copy) */
     int64_t rows, cols; /* M, K of the input */
     int tile_2d;        /* block and nvfp4: 128x128 / 16x16 tiles */
     int torchao;        /* nvfp4: the torchao variant (else te) */
     int64_t scale_cols; /* second extent of the scale tensor; 1 for tensorwise */
+    int scale_ndim;     /* 1: one scale for the copy (tensorwise) */
     float global_dec;   /* nvfp4: S_dec (te) or pts (torchao) of this copy */
 };
 /* Dequantizes the copy's data and scale tensors (device memory, the layouts of

@@ -239,3 +239,16 @@ with open(OUT + "/recipes-dequant.yaml", "w") as f:
     case(f, "rec.dequant.nvfp4.zero.torchao", ["REC-DEQ-NV-TORCHAO", "REC-NV-TORCHAO-ZERO"],
          [("recipe", "nvfp4"), ("variant", "torchao"), ("rht", "0"), ("sr", "0")],
          inp("fp32", (16, 32), values=["0"]), NV + DEQ, "pts = 0: block scales 2^-6, codes 0")
+    # torchao's axiswise recipes [REC-DEQ-AX]: per-row scales both ways (rowwise); the
+    # weight's tensorwise columnwise copy and the input's high-precision one
+    # (rowwise_with_gw_hp)
+    AX = ["row_data", "row_scale", "col_data", "col_scale"]
+    for recipe, role in [("rowwise", "input"), ("rowwise_with_gw_hp", "weight"),
+                         ("rowwise_with_gw_hp", "input")]:
+        case(f, "rec.dequant.%s.%s" % (recipe, role),
+             ["REC-DEQ-AX", "REC-DEQ-SHAPE", "REC-AX-LAYOUT"] +
+             (["REC-AX-GWHP"] if recipe != "rowwise" else []),
+             [("recipe", recipe), ("role", role)],
+             inp("bf16", (33, 70), "normal: {mean: 0, std: 30}",
+                 inject=[("random", "nan"), ("random", "inf"), ("random", "-0"), ("random", "1e30")]),
+             AX + DEQ)
