@@ -38,6 +38,7 @@ typedef struct run_opts {
     int update_digests;
     int quiet;
     int timing; /* --timing: a TIME line per case [CASE-TIMING] */
+    int skips;  /* --skips: a SKIP line per case not supported, with the reason */
     int jobs;
     int ranks;   /* --ranks: processes of a distributed run [CASE-RANKS] */
     int timeout; /* --timeout: seconds a case may take in a plugin's worker [CASE-TIMEOUT] */
@@ -106,11 +107,14 @@ static void run_case(qs_ctx *ctx, const qsk_case *c, const qsk_plugin *pl, int u
     r->seconds = qsk_now_seconds() - t0;
 }
 
-/* Prints what a case printed: its failure lines, then under --timing its TIME line. */
+/* Prints what a case printed: its failure lines, under --skips the reason it was not
+ * supported, then under --timing its TIME line. */
 static void print_case(const run_opts *o, const case_result *r)
 {
     if (r->out)
         fputs(r->out, stdout);
+    if (o->skips && r->kind == QSK_RES_SKIP)
+        printf("SKIP %s %s [%s:%d]\n", r->c->id, r->message, r->c->file, r->c->pos.line);
     if (o->timing) {
         char line[1024];
         qsk_timing_text(r, line, sizeof line);
@@ -726,6 +730,8 @@ static int run_run(int argc, char **argv)
             o.quiet = 1;
         } else if (strcmp(a, "--timing") == 0) {
             o.timing = 1;
+        } else if (strcmp(a, "--skips") == 0) {
+            o.skips = 1;
         } else {
             return qsk_usage_error("run", "unknown option '%s'", a);
         }
@@ -773,6 +779,7 @@ const qsk_command qsk_cmd_run = {
     "usage: qspec run [--backend ref|NAME|PATH] [--filter GLOB] [--tier T]\n"
     "                 [--report-json FILE] [--junit FILE] [--html FILE] [--jobs N]\n"
     "                 [--ranks N] [--timeout S] [--update-digests] [--quiet] [--timing]\n"
+    "                 [--skips]\n"
     "                 [CASES...]\n"
     "       qspec run --certify PKGDIR [--backend B] [--jobs N] [--timeout S] [--quiet]\n"
     "                 [--timing]\n"
@@ -809,6 +816,8 @@ const qsk_command qsk_cmd_run = {
     "  --timing           after each case a line 'TIME ID: ...': its wall time, the\n"
     "                     reference's part, and on a plugin the time in each of its kernel\n"
     "                     slots with the number of calls (the JSON report always has them)\n"
+    "  --skips            a line 'SKIP ID REASON [FILE:LINE]' for each case the backend\n"
+    "                     does not support (the reports always have the reasons)\n"
     "  --certify PKGDIR   a certification run: the cases of the suite's must-pass list\n"
     "                     (SUITE-DIR/certify.list; SUITE-DIR defaults to the installed\n"
     "                     suite), with no --filter, --update-digests or report options;\n"

@@ -170,7 +170,8 @@ static qs_status cast_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case 
         return st;
     const qs_tensor *x = &inputs[0];
     if (x->dtype != QS_FP32)
-        return QS_ERR_UNSUPPORTED;
+        return qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "the cast slots take FP32 input, not %s",
+                            qs_dtype_name(x->dtype));
     qs_tensor y;
     memset(&y, 0, sizeof y);
     st = QS_ERR_UNSUPPORTED;
@@ -181,6 +182,18 @@ static qs_status cast_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case 
     if (st == QS_OK)
         return qsk_results_add(ctx, out, "y", &y);
     qs_tensor_free(&y);
+    if (st == QS_ERR_UNSUPPORTED) { /* the reason line ([CASE-BACKEND-UNSUPPORTED]) */
+        int bits = qs_dtype_bits(p.to), sr = p.mode.round == QS_ROUND_SR;
+        int tried16 = (pl->table->caps & QS_CAP_CAST16) && pl->table->cast16 && bits <= 16;
+        int tried8 = (pl->table->caps & QS_CAP_CAST) && pl->table->cast && bits <= 8 && !sr;
+        qs_ctx_error(ctx, st, "no cast of FP32 to %s%s: %s", qs_dtype_name(p.to),
+                     sr ? " with stochastic rounding" : "",
+                     tried16 && tried8 ? "the backend's cast16 and cast slots refused it"
+                     : tried16         ? "the backend's cast16 slot refused it"
+                     : tried8          ? "the backend's cast slot refused it"
+                     : bits > 8 || sr  ? "it needs the cast16 slot (QS_CAP_CAST16)"
+                                       : "no cast slot (QS_CAP_CAST)");
+    }
     return st;
 }
 

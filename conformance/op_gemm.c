@@ -336,6 +336,7 @@ static qs_status gemm_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *input
 
 /* ------------------------------------------------------------ on a backend */
 
+/* The capability bit of GEMMs over operands of scaling s, and its name (for a reason). */
 static uint64_t cap_of(qs_gemm_scaling s)
 {
     switch (s) {
@@ -349,6 +350,15 @@ static uint64_t cap_of(qs_gemm_scaling s)
     default:
         return QS_CAP_GEMM_TENSOR;
     }
+}
+
+static const char *cap_name(qs_gemm_scaling s)
+{
+    uint64_t c = cap_of(s);
+    return c == QS_CAP_GEMM_BLOCK ? "QS_CAP_GEMM_BLOCK"
+           : c == QS_CAP_GEMM_MX  ? "QS_CAP_GEMM_MX"
+           : c == QS_CAP_GEMM_NVFP4 ? "QS_CAP_GEMM_NVFP4"
+                                    : "QS_CAP_GEMM_TENSOR";
 }
 
 /* Element i of an output tensor of dtype FP32, BF16 or FP16 as its FP32 value. */
@@ -449,14 +459,15 @@ static qs_status gemm_backend(qs_ctx *ctx, const qsk_plugin *pl, const qsk_case 
     if (st != QS_OK)
         return st;
     if (!QS_BACKEND_HAS_SLOT(pl->table->struct_size, gemm) || !pl->table->gemm)
-        return QS_ERR_UNSUPPORTED;
+        return qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "no gemm slot");
     gemm_operands o;
     st = operands_make(ctx, c, &g, inputs, &o);
     if (st != QS_OK)
         return st;
     if (!(pl->table->caps & cap_of(o.coded[0].scaling))) {
         operands_free(&o);
-        return QS_ERR_UNSUPPORTED;
+        return qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "no gemm of these operands' scaling (%s)",
+                            cap_name(o.coded[0].scaling));
     }
     int64_t shape[2] = {g.p.m, g.p.n};
     qs_tensor codes, y;

@@ -352,14 +352,23 @@ static qs_status quantize_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *i
     return st;
 }
 
-static uint64_t cap_of(qs_recipe_kind k)
+/* The capability bit a plugin claims for recipe k, and its name for a reason line. */
+static uint64_t cap_of(qs_recipe_kind k, const char **name)
 {
-    static const uint64_t caps[QS_RECIPE_COUNT] = {
-        [QS_RECIPE_DELAYED] = QS_CAP_QUANT_DELAYED,      [QS_RECIPE_CURRENT] = QS_CAP_QUANT_CURRENT,
-        [QS_RECIPE_MXFP8] = QS_CAP_QUANT_MXFP8,          [QS_RECIPE_BLOCK] = QS_CAP_QUANT_BLOCK,
-        [QS_RECIPE_NVFP4] = QS_CAP_QUANT_NVFP4,          [QS_RECIPE_ROWWISE] = QS_CAP_QUANT_ROWWISE,
-        [QS_RECIPE_ROWWISE_GW_HP] = QS_CAP_QUANT_ROWWISE};
-    return caps[k];
+    static const struct {
+        uint64_t cap;
+        const char *name;
+    } caps[QS_RECIPE_COUNT] = {
+        [QS_RECIPE_DELAYED] = {QS_CAP_QUANT_DELAYED, "QS_CAP_QUANT_DELAYED"},
+        [QS_RECIPE_CURRENT] = {QS_CAP_QUANT_CURRENT, "QS_CAP_QUANT_CURRENT"},
+        [QS_RECIPE_MXFP8] = {QS_CAP_QUANT_MXFP8, "QS_CAP_QUANT_MXFP8"},
+        [QS_RECIPE_BLOCK] = {QS_CAP_QUANT_BLOCK, "QS_CAP_QUANT_BLOCK"},
+        [QS_RECIPE_NVFP4] = {QS_CAP_QUANT_NVFP4, "QS_CAP_QUANT_NVFP4"},
+        [QS_RECIPE_ROWWISE] = {QS_CAP_QUANT_ROWWISE, "QS_CAP_QUANT_ROWWISE"},
+        [QS_RECIPE_ROWWISE_GW_HP] = {QS_CAP_QUANT_ROWWISE, "QS_CAP_QUANT_ROWWISE"}};
+    if (name)
+        *name = caps[k].name;
+    return caps[k].cap;
 }
 
 /* One quantize call of the backend (given: the tensor amaxes, or NULL). */
@@ -491,11 +500,14 @@ static qs_status quantize_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_ca
     qs_status st = config_from(ctx, c, &cfg);
     if (st != QS_OK)
         return st;
-    if (!(p->table->caps & cap_of(cfg.kind)) || !p->table->quantize)
-        return QS_ERR_UNSUPPORTED;
+    const char *cap;
+    if (!(p->table->caps & cap_of(cfg.kind, &cap)) || !p->table->quantize)
+        return qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "no quantize slot with %s (recipe %s)", cap,
+                            qs_recipe_kind_name(cfg.kind));
     if ((wants_output(c, dequant_names[0]) || wants_output(c, dequant_names[1])) &&
         (!(p->table->caps & QS_CAP_DEQUANT) || !p->table->dequantize))
-        return QS_ERR_UNSUPPORTED;
+        return qs_ctx_error(ctx, QS_ERR_UNSUPPORTED,
+                            "the case checks dequantize, and the backend has no QS_CAP_DEQUANT");
     if (qsk_case_dist_ranks(c))
         return quantize_backend_dist(ctx, p, c, &cfg, &inputs[0], out);
     qs_quantizer q;

@@ -38,5 +38,15 @@ if [ -f "$EXAMPLE" ] && [ -f "$PLANTED" ]; then
         "^FAIL gemm\.e4m3\.k32\.exact seed=100 output=y index=0 expected=0x[0-9a-f]+ \([^)]*\) observed=0x[0-9a-f]+ \([^)]*\) mismatches=[0-9]+/48"
     "$QSPEC" run --quiet --backend "$PLANTED" --filter 'gemm.bound.bf16.exact' "$CASES/gemm_backend.yaml" >"$QST_TMP/out" || true
     expect_out "the gemm_bound case fails on the planted copy" "^FAIL gemm\.bound\.bf16\.exact .*output=y"
+    # --skips: one SKIP line a case not supported, with the reason and file:line
+    expect_status "--skips runs" 0 "$QSPEC" run --quiet --skips --backend "$EXAMPLE" \
+        --filter 'gemm.bound.*' "$CASES/gemm_backend.yaml"
+    expect_out "a SKIP line names the capability the example lacks" \
+        "^SKIP gemm\.bound\.mxfp8 not supported by backend example: no gemm of these operands' scaling \(QS_CAP_GEMM_MX\) \[.*gemm_backend\.yaml:[0-9]+\]$"
+    expect_true "one SKIP line for each case not supported" \
+        test "$(grep -c '^SKIP ' "$QST_TMP/out")" -eq "$(sed -n 's/.* \([0-9]*\) skipped$/\1/p' "$QST_TMP/out")"
+    expect_status "without --skips" 0 "$QSPEC" run --quiet --backend "$EXAMPLE" \
+        --filter 'gemm.bound.*' "$CASES/gemm_backend.yaml"
+    expect_true "... no SKIP line" test "$(grep -c '^SKIP ' "$QST_TMP/out")" -eq 0
 fi
 qst_done
