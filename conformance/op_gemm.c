@@ -355,8 +355,8 @@ static uint64_t cap_of(qs_gemm_scaling s)
 static const char *cap_name(qs_gemm_scaling s)
 {
     uint64_t c = cap_of(s);
-    return c == QS_CAP_GEMM_BLOCK ? "QS_CAP_GEMM_BLOCK"
-           : c == QS_CAP_GEMM_MX  ? "QS_CAP_GEMM_MX"
+    return c == QS_CAP_GEMM_BLOCK   ? "QS_CAP_GEMM_BLOCK"
+           : c == QS_CAP_GEMM_MX    ? "QS_CAP_GEMM_MX"
            : c == QS_CAP_GEMM_NVFP4 ? "QS_CAP_GEMM_NVFP4"
                                     : "QS_CAP_GEMM_TENSOR";
 }
