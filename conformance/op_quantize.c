@@ -18,6 +18,7 @@
 #include "opcheck.h"
 #include "ops.h"
 #include "qspec/distributed.h"
+#include "qspec/kernels.h"
 #include "qspec/recipe.h"
 #include "ranks.h"
 
@@ -352,25 +353,6 @@ static qs_status quantize_ref(qs_ctx *ctx, const qsk_case *c, const qs_tensor *i
     return st;
 }
 
-/* The capability bit a plugin claims for recipe k, and its name for a reason line. */
-static uint64_t cap_of(qs_recipe_kind k, const char **name)
-{
-    static const struct {
-        uint64_t cap;
-        const char *name;
-    } caps[QS_RECIPE_COUNT] = {
-        [QS_RECIPE_DELAYED] = {QS_CAP_QUANT_DELAYED, "QS_CAP_QUANT_DELAYED"},
-        [QS_RECIPE_CURRENT] = {QS_CAP_QUANT_CURRENT, "QS_CAP_QUANT_CURRENT"},
-        [QS_RECIPE_MXFP8] = {QS_CAP_QUANT_MXFP8, "QS_CAP_QUANT_MXFP8"},
-        [QS_RECIPE_BLOCK] = {QS_CAP_QUANT_BLOCK, "QS_CAP_QUANT_BLOCK"},
-        [QS_RECIPE_NVFP4] = {QS_CAP_QUANT_NVFP4, "QS_CAP_QUANT_NVFP4"},
-        [QS_RECIPE_ROWWISE] = {QS_CAP_QUANT_ROWWISE, "QS_CAP_QUANT_ROWWISE"},
-        [QS_RECIPE_ROWWISE_GW_HP] = {QS_CAP_QUANT_ROWWISE, "QS_CAP_QUANT_ROWWISE"}};
-    if (name)
-        *name = caps[k].name;
-    return caps[k].cap;
-}
-
 /* One quantize call of the backend (given: the tensor amaxes, or NULL). */
 static qs_status backend_quantize(qs_ctx *ctx, const qsk_plugin *p, const qs_recipe_config *cfg,
                                   const qs_tensor *x, const float *given, qs_quantized *z)
@@ -501,7 +483,7 @@ static qs_status quantize_backend(qs_ctx *ctx, const qsk_plugin *p, const qsk_ca
     if (st != QS_OK)
         return st;
     const char *cap;
-    if (!(p->table->caps & cap_of(cfg.kind, &cap)) || !p->table->quantize)
+    if (!(p->table->caps & qs_recipe_capability(cfg.kind, &cap)) || !p->table->quantize)
         return qs_ctx_error(ctx, QS_ERR_UNSUPPORTED, "no quantize slot with %s (recipe %s)", cap,
                             qs_recipe_kind_name(cfg.kind));
     if ((wants_output(c, dequant_names[0]) || wants_output(c, dequant_names[1])) &&

@@ -387,6 +387,14 @@ static const struct {
     [QS_RECIPE_ROWWISE_GW_HP] = {QS_CAP_QUANT_ROWWISE, "QS_CAP_QUANT_ROWWISE"},
 };
 
+uint64_t qs_recipe_capability(qs_recipe_kind kind, const char **name)
+{
+    int known = (int)kind >= 0 && kind < QS_RECIPE_COUNT;
+    if (name)
+        *name = known ? quant_caps[kind].name : "";
+    return known ? quant_caps[kind].cap : 0;
+}
+
 qs_status qsi_k_quantize(qs_ctx *ctx, qs_quantizer *q, const qs_tensor *x, qs_quantized *out)
 {
     if (!q || !x || !out)
@@ -402,8 +410,9 @@ qs_status qsi_k_quantize(qs_ctx *ctx, qs_quantizer *q, const qs_tensor *x, qs_qu
     const qs_backend *t = qs_ctx_backend(ctx);
     if (!t->quantize)
         return missing(ctx, "quantize", NULL);
-    if (!(t->caps & quant_caps[q->cfg.kind].cap))
-        return missing(ctx, "quantize", quant_caps[q->cfg.kind].name);
+    const char *cap;
+    if (!(t->caps & qs_recipe_capability(q->cfg.kind, &cap)))
+        return missing(ctx, "quantize", cap);
     if (q->amax_given && !(t->caps & QS_CAP_DIST))
         return missing(ctx, "quantize with given amaxes", "QS_CAP_DIST");
     s = qs_quantized_alloc(ctx, &q->cfg, x->shape[0], x->shape[1], out);

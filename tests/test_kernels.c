@@ -204,6 +204,22 @@ START_TEST(test_gemm_claims_fold_into_the_weakest_and_reset)
 }
 END_TEST
 
+START_TEST(test_recipe_capability_names_the_bit_of_each_recipe)
+{
+    const char *name = NULL;
+    ck_assert_uint_eq(qs_recipe_capability(QS_RECIPE_MXFP8, &name), QS_CAP_QUANT_MXFP8);
+    ck_assert_str_eq(name, "QS_CAP_QUANT_MXFP8");
+    ck_assert_uint_eq(qs_recipe_capability(QS_RECIPE_DELAYED, &name), QS_CAP_QUANT_DELAYED);
+    ck_assert_str_eq(name, "QS_CAP_QUANT_DELAYED");
+    /* both of torchao's axiswise recipes are one capability */
+    ck_assert_uint_eq(qs_recipe_capability(QS_RECIPE_ROWWISE_GW_HP, &name), QS_CAP_QUANT_ROWWISE);
+    ck_assert_str_eq(name, "QS_CAP_QUANT_ROWWISE");
+    ck_assert_uint_eq(qs_recipe_capability(QS_RECIPE_NVFP4, NULL), QS_CAP_QUANT_NVFP4);
+    ck_assert_uint_eq(qs_recipe_capability(QS_RECIPE_COUNT, &name), 0);
+    ck_assert_str_eq(name, "");
+}
+END_TEST
+
 START_TEST(test_delayed_state_stays_with_the_caller)
 {
     /* [REC-DS-RECORD]: the slot gets the quantizer's scale and the amax it reports lands in
@@ -248,6 +264,7 @@ int main(void)
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("table");
     tcase_add_test(tc, test_new_context_runs_on_the_reference_table);
+    tcase_add_test(tc, test_recipe_capability_names_the_bit_of_each_recipe);
     tcase_add_test(tc, test_installed_table_gets_the_linears_calls_and_gives_the_same_bits);
     tcase_add_test(tc, test_missing_gemm_slot_is_a_refusal_naming_it);
     tcase_add_test(tc, test_slots_past_struct_size_count_as_null_and_bad_tables_are_rejected);

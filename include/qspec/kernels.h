@@ -25,6 +25,10 @@ qs_status qs_ctx_set_backend(qs_ctx *ctx, const qs_backend *table, void *state);
 /* The context's table: the reference's (name "ref") unless a backend was installed. */
 const qs_backend *qs_ctx_backend(const qs_ctx *ctx);
 
+/* The capability bit a table claims to quantize under recipe kind (QS_CAP_QUANT_*), and
+ * its name in *name when name is not NULL; 0 (and "") for an unknown kind. */
+uint64_t qs_recipe_capability(qs_recipe_kind kind, const char **name);
+
 /* The weakest gemm claim [CASE-GEMM-CLAIM] the context's gemm slot made since the last
  * reset (QS_GEMM_CLAIM_MODEL when every GEMM claimed the model, or none ran), and its
  * reset, which also resets the attention claim below. The kit reads them to know whether
