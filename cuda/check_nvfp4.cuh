@@ -6,11 +6,12 @@
  *  - E2M1 stochastic: the same BF16 floats and neighbourhoods, each with the bits on either
  *    side of its own boundary, 0, 1, 2^31, 2^32-1 and random bits; stride-th floats with
  *    random bits;
+ *  - the fast path's e2m1_rne_magic against e2m1_rne on all 2^32 floats;
  *  - E4M3 decoding of all 256 codes; BF16 rounding at and around every halfway pattern;
  *  - Philox4x32-10 and the stream mapping on 2^18 random (seed, offset, index) triples;
  *  - the 16-point Hadamard transform on 2^16 random BF16 groups (specials, cancellation,
- *    signed zeros)
- *    against qsi_rht16;
+ *    signed zeros) against qsi_rht16, and rht16_butterfly on those and on groups whose
+ *    exponent spread and largest binade sit at either side of its exactness bounds;
  *  - the generic kernels' scale_entry/data_byte and amax, run over whole tensors, against
  *    qs_quantize: every dtype, variant, tile, rht, sr and copy selection on full and
  *    partial shapes with NaN, Inf, -0, zero blocks, tiny and huge values; and two-block
@@ -147,6 +148,19 @@ void check_e2m1(uint64_t stride)
     }
 }
 
+/* The magic-number encoder against the threshold one on every FP32 pattern. */
+void check_e2m1_magic()
+{
+    uint64_t bad = 0;
+    for (uint64_t b = 0; b < (1ull << 32); b++) {
+        float v = qc::from_bits(static_cast<uint32_t>(b));
+        uint32_t want = e2m1_rne(v), got = e2m1_rne_magic(v);
+        if (want != got && bad++ < 8)
+            fail("e2m1 rne magic", "", b, want, got);
+    }
+    g_fail += bad > 8 ? static_cast<long>(bad - 8) : 0;
+}
+
 /* ---------------------------------------------------------------- E4M3, BF16, Philox */
 
 void check_e4m3_bf16(uint64_t stride)
@@ -210,6 +224,53 @@ float random_bf16(int e0, int special_rate)
     return qs_round_bf16(next_u32() & 1 ? -v : v);
 }
 
+void check_butterfly_one(const float v[16], const float want[16], uint64_t n)
+{
+    float got[16];
+    rht16_butterfly(v, got);
+    for (int j = 0; j < 16; j++)
+        if (qc::bits_of(want[j]) != qc::bits_of(got[j]))
+            fail("rht16 butterfly", "", n * 16 + j, qc::bits_of(want[j]), qc::bits_of(got[j]));
+}
+
+/* Groups at the butterflies' exactness bounds: the largest value in binade eh (its
+ * exponent field), the others spread down to eh - spread (or below it), full 8-bit
+ * significands, with sums that round in the reference's order when the spread or the
+ * binade is past the bound; some zeros and -0s, and subnormals. */
+void check_butterfly_bounds()
+{
+    static const int ehs[] = {1, 2, 14, 20, 127, 140, 240, 248, 249, 250, 251, 252, 253, 254};
+    for (int n = 0; n < (1 << 17); n++) {
+        int eh = ehs[n % 14], spread = 10 + static_cast<int>(next_u32() % 6);
+        float v[16], want[16];
+        for (int i = 0; i < 16; i++) {
+            int e = i == 0 ? eh : eh - static_cast<int>(next_u32() % (spread + 1));
+            uint32_t m = (next_u32() & 0x7Fu) << 16 | (next_u32() % 4 == 0 ? 0x7F0000u : 0u);
+            uint32_t b = e >= 1 ? (static_cast<uint32_t>(e) << 23) | (m & 0x7F0000u) : m;
+            if (next_u32() % 16 == 0)
+                b = 0;
+            v[i] = qc::from_bits(b | ((next_u32() & 1u) << 31));
+        }
+        qsi_rht16(v, 16, want);
+        check_butterfly_one(v, want, static_cast<uint64_t>(n) | (1ull << 40));
+    }
+    /* The largest sums: one value of odd last bit `spread` binades below fifteen of the
+     * largest significand, each placed so that its product adds up in output 0 or j. */
+    for (int n = 0; n < 14 * 8 * 16 * 16; n++) {
+        int eh = ehs[n % 14], spread = 9 + (n / 14) % 8, lo = (n / 112) % 16, j = n / 1792;
+        if (eh - spread < 1)
+            continue;
+        float v[16], want[16];
+        for (int i = 0; i < 16; i++) {
+            uint32_t e = static_cast<uint32_t>(i == lo ? eh - spread : eh);
+            uint32_t b = (e << 23) | (i == lo ? 0x10000u : 0x7F0000u);
+            v[i] = qc::from_bits(b | (rht_neg(i, j) ? 0x80000000u : 0u));
+        }
+        qsi_rht16(v, 16, want);
+        check_butterfly_one(v, want, static_cast<uint64_t>(n) | (2ull << 40));
+    }
+}
+
 void check_rht()
 {
     static const int e0s[] = {0, -20, 60, 126, -126, -130};
@@ -234,7 +295,9 @@ void check_rht()
             if (qc::bits_of(want[j]) != qc::bits_of(got[j]))
                 fail("rht16", "", static_cast<uint64_t>(n) * 16 + j, qc::bits_of(want[j]),
                      qc::bits_of(got[j]));
+        check_butterfly_one(v, want, static_cast<uint64_t>(n));
     }
+    check_butterfly_bounds();
 }
 
 /* ---------------------------------------------------------------- whole tensors */
@@ -505,6 +568,7 @@ inline long qc_check_nvfp4(uint64_t stride)
     qs_ctx *ctx = qs_ctx_new();
     clock_t t0 = clock();
     check_e2m1(stride);
+    check_e2m1_magic();
     check_e4m3_bf16(stride);
     check_philox();
     check_rht();

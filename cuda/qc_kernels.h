@@ -147,5 +147,9 @@ extern int qc_rows_unroll;
 /* Resident blocks per SM the fused MXFP8 and block 1x128 tile kernels are compiled for
  * (their register budget): 2 (default) or 3. The outputs are the same. */
 extern int qc_tile_blocks;
+/* The NVFP4 fast path's arithmetic: 0 (default) the generic kernels' functions, 1 the
+ * magic-number E2M1 encode and the butterfly transform where exact. The outputs are the
+ * same; the benchmark times and self-checks both. */
+extern int qc_nvfp4_arith;
 
 #endif

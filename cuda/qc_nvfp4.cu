@@ -10,12 +10,19 @@
  * or not); those codes leave through shared memory as 64-byte rows of x^T. 2-D tiles: the
  * 16x16 amax by shared atomics, the columnwise codes the rowwise nibbles transposed.
  *
+ * The fast path's arithmetic comes in two builds with the same outputs (qc_nvfp4_arith):
+ * 0, the generic kernels' own functions (E2M1 by threshold compares, the transform in the
+ * reference's order); 1, e2m1_rne_magic and rht16_butterfly.
+ *
  * Generic path (any shape): one thread per scale code, then one per data byte, calling
  * scale_entry() and data_byte(), which cuda/check_arith.cu runs against the reference. */
 #include <algorithm>
 
 #include "qc_dispatch.cuh"
 #include "qc_nvfp4.cuh"
+
+/* The fast path's arithmetic build (cuda/qc_kernels.h); the default is this one line. */
+int qc_nvfp4_arith = 0;
 
 namespace qc
 {
@@ -29,6 +36,23 @@ constexpr int kTM = 128, kTK = 64; /* fast-path tile: rows (m) by columns (k) */
 constexpr int kCB = kTM / kBlock;  /* columnwise blocks down one tile column */
 constexpr unsigned kFull = 0xFFFFFFFFu;
 enum { MODE_1D = 0, MODE_RHT = 1, MODE_2D = 2 };
+
+/* [REC-NV-ELEM] [REC-NV-SR]: the element code by arithmetic build A (the same codes). */
+template <int A> __device__ __forceinline__ uint32_t e2m1_fast(float v, int sr, uint32_t u)
+{
+    if (sr)
+        return e2m1_sr(v, u);
+    return A ? e2m1_rne_magic(v) : e2m1_rne(v);
+}
+
+/* [REC-NV-RHT] on one group of BF16 values by arithmetic build A (the same values). */
+template <int A> __device__ __forceinline__ void rht16_fast(const float v[16], float w[16])
+{
+    if (A)
+        rht16_butterfly(v, w);
+    else
+        rht16(v, w);
+}
 
 struct fast_args {
     const void *x;
@@ -61,7 +85,7 @@ __device__ __forceinline__ void max_into(uint32_t *p, uint32_t a)
 }
 
 /* The codes of v[0..7], elements i0 .. i0+7 (i0 % 8 == 0) of `stream`; code e at bit 4e. */
-template <int V>
+template <int V, int A>
 __device__ __forceinline__ uint32_t encode8(const float v[8], float f, const global &g,
                                             const fast_args &a, uint64_t stream, uint64_t i0)
 {
@@ -73,12 +97,12 @@ __device__ __forceinline__ uint32_t encode8(const float v[8], float f, const glo
     uint32_t w = 0;
 #pragma unroll
     for (int e = 0; e < 8; e++)
-        w |= e2m1(variant<V>::value(v[e], f, g), a.sr, u[e]) << (4 * e);
+        w |= e2m1_fast<A>(variant<V>::value(v[e], f, g), a.sr, u[e]) << (4 * e);
     return w;
 }
 
 /* The same for 16 values, i0 % 16 == 0. */
-template <int V>
+template <int V, int A>
 __device__ __forceinline__ uint64_t encode16(const float v[16], float f, const global &g,
                                              const fast_args &a, uint64_t stream, uint64_t i0)
 {
@@ -91,7 +115,8 @@ __device__ __forceinline__ uint64_t encode16(const float v[16], float f, const g
     uint64_t w = 0;
 #pragma unroll
     for (int e = 0; e < 16; e++)
-        w |= static_cast<uint64_t>(e2m1(variant<V>::value(v[e], f, g), a.sr, u[e])) << (4 * e);
+        w |= static_cast<uint64_t>(e2m1_fast<A>(variant<V>::value(v[e], f, g), a.sr, u[e]))
+             << (4 * e);
     return w;
 }
 
@@ -121,14 +146,14 @@ __device__ __forceinline__ void store_tile(float (*xs)[kTK], const float v[4][8]
 }
 
 /* The 16 values of columnwise block b of tile column k, transformed for MODE_RHT. */
-template <int MODE>
+template <int MODE, int A>
 __device__ __forceinline__ void col_block(const float (*xs)[kTK], int b, int k, float x16[16])
 {
 #pragma unroll
     for (int i = 0; i < 16; i++)
         x16[i] = xs[kBlock * b + i][k];
     if (MODE == MODE_RHT)
-        rht16(x16, x16);
+        rht16_fast<A>(x16, x16);
 }
 
 /* [REC-AMAX] of x into both words (the columnwise copy quantizes the same values). */
@@ -165,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /* [REC-AMAX] of x into word 0 and, [REC-NV-1D-COL], of the transformed x^T into word 1. */
-__global__ void __launch_bounds__(kThreads) amax_rht_tile(fast_args a)
+template <int A> __global__ void __launch_bounds__(kThreads) amax_rht_tile(fast_args a)
 {
     __shared__ __align__(16) float xs[kTM][kTK];
     __shared__ uint32_t part[2][kThreads / 32];
@@ -185,7 +210,7 @@ __global__ void __launch_bounds__(kThreads) amax_rht_tile(fast_args a)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float x16[16];
-        col_block<MODE_RHT>(xs, t / kTK + 4 * h, t % kTK, x16);
+        col_block<MODE_RHT, A>(xs, t / kTK + 4 * h, t % kTK, x16);
 #pragma unroll
         for (int i = 0; i < 16; i++)
             tr = max_u32(tr, abs_bits(x16[i]));
@@ -211,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) amax_rht_tile(fast_args a)
 
 /* Both copies of the tile (blockIdx.y, blockIdx.x) [REC-NV-1D] [REC-NV-1D-COL] [REC-NV-RHT]
  * [REC-NV-2D] [REC-NV-2D-COL]; a copy with NULL data is skipped. */
-template <int DT, int V, int MODE>
+template <int DT, int V, int MODE, int A>
 __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
 {
     constexpr bool k2d = MODE == MODE_2D;
@@ -261,8 +286,8 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
             int r = t / 8 + 32 * j;
             int64_t m = m0 + r, e0 = m * K + k0 + 8 * c;
             uint32_t sc = variant<V>::block_scale(from_bits(am[j]), grow);
-            uint32_t w = encode8<V>(v[j], variant<V>::factor(sc, grow), grow, a, a.offset,
-                                    static_cast<uint64_t>(e0));
+            uint32_t w = encode8<V, A>(v[j], variant<V>::factor(sc, grow), grow, a, a.offset,
+                                       static_cast<uint64_t>(e0));
             if (do_row) {
                 *reinterpret_cast<uint32_t *>(a.row.data + e0 / 2) = w;
                 if (!k2d) { /* the row's four scales of this tile, one word */
@@ -314,14 +339,14 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
                      << (4 * i);
         } else {
             float x16[16];
-            col_block<MODE>(xs, b, k, x16);
+            col_block<MODE, A>(xs, b, k, x16);
             uint32_t am = 0;
 #pragma unroll
             for (int i = 0; i < 16; i++)
                 am = max_u32(am, abs_bits(x16[i]));
             uint32_t sc = variant<V>::block_scale(from_bits(am), gcol);
             uint64_t e0 = static_cast<uint64_t>((k0 + k) * M + m0 + kBlock * b);
-            w = encode16<V>(x16, variant<V>::factor(sc, gcol), gcol, a, a.offset + 1, e0);
+            w = encode16<V, A>(x16, variant<V>::factor(sc, gcol), gcol, a, a.offset + 1, e0);
             cscale[k2d ? 0 : k][b] = static_cast<uint8_t>(sc);
         }
         ccodes[k][b] = w;
@@ -412,37 +437,47 @@ bool fast_shape(const qc_input &in, qc_copy row, qc_copy col)
     return !qc_force_generic && in.rows % kTM == 0 && in.cols % kTK == 0 && aligned16(in.x);
 }
 
+/* The fast path with arithmetic build A. */
+template <int DT, int V, int A>
+cudaError_t launch_fast(const qc_input &in, const qc_nvfp4_params &p, int rht, qc_copy row,
+                        qc_copy col, uint32_t *amax_bits)
+{
+    const int64_t M = in.rows, K = in.cols, n = M * K;
+    const bool measure = p.amax_mode != QC_NV_AMAX_GIVEN, encode = p.amax_mode != QC_NV_AMAX_ONLY;
+    fast_args a = {in.x, M, K, p.sr, p.seed, p.offset, amax_bits, row, col};
+    dim3 grid(static_cast<unsigned>(K / kTK), static_cast<unsigned>(M / kTM));
+    if (rht) {
+        if constexpr (DT == QC_IN_BF16) {
+            if (measure)
+                amax_rht_tile<A><<<grid, kThreads>>>(a);
+            if (encode)
+                tile_kernel<DT, V, MODE_RHT, A><<<grid, kThreads>>>(a);
+        } else {
+            return cudaErrorInvalidValue;
+        }
+    } else {
+        unsigned blocks = std::min(blocks_for(n / 8, 4 * kThreads), 4096u);
+        if (measure)
+            amax_vec<DT><<<blocks, kThreads>>>(in.x, n / 8, amax_bits);
+        if (!encode)
+            return cudaGetLastError();
+        if (p.tile_2d)
+            tile_kernel<DT, V, MODE_2D, A><<<grid, kThreads>>>(a);
+        else
+            tile_kernel<DT, V, MODE_1D, A><<<grid, kThreads>>>(a);
+    }
+    return cudaGetLastError();
+}
+
 template <int DT, int V>
 cudaError_t launch(const qc_input &in, const qc_nvfp4_params &p, int rht, qc_copy row, qc_copy col,
                    uint32_t *amax_bits)
 {
     const int64_t M = in.rows, K = in.cols, n = M * K;
     const bool measure = p.amax_mode != QC_NV_AMAX_GIVEN, encode = p.amax_mode != QC_NV_AMAX_ONLY;
-    if (fast_shape(in, row, col)) {
-        fast_args a = {in.x, M, K, p.sr, p.seed, p.offset, amax_bits, row, col};
-        dim3 grid(static_cast<unsigned>(K / kTK), static_cast<unsigned>(M / kTM));
-        if (rht) {
-            if constexpr (DT == QC_IN_BF16) {
-                if (measure)
-                    amax_rht_tile<<<grid, kThreads>>>(a);
-                if (encode)
-                    tile_kernel<DT, V, MODE_RHT><<<grid, kThreads>>>(a);
-            } else {
-                return cudaErrorInvalidValue;
-            }
-        } else {
-            unsigned blocks = std::min(blocks_for(n / 8, 4 * kThreads), 4096u);
-            if (measure)
-                amax_vec<DT><<<blocks, kThreads>>>(in.x, n / 8, amax_bits);
-            if (!encode)
-                return cudaGetLastError();
-            if (p.tile_2d)
-                tile_kernel<DT, V, MODE_2D><<<grid, kThreads>>>(a);
-            else
-                tile_kernel<DT, V, MODE_1D><<<grid, kThreads>>>(a);
-        }
-        return cudaGetLastError();
-    }
+    if (fast_shape(in, row, col))
+        return qc_nvfp4_arith ? launch_fast<DT, V, 1>(in, p, rht, row, col, amax_bits)
+                              : launch_fast<DT, V, 0>(in, p, rht, row, col, amax_bits);
     job jb = {in.x,
               M,
               K,

@@ -33,6 +33,16 @@ __host__ __device__ __forceinline__ float add_rn(float a, float b)
 #endif
 }
 
+/* fl(a * b + c), one rounding. */
+__host__ __device__ __forceinline__ float fma_rn(float a, float b, float c)
+{
+#ifdef __CUDA_ARCH__
+    return __fmaf_rn(a, b, c);
+#else
+    return fmaf(a, b, c);
+#endif
+}
+
 /* C fminf: a NaN operand yields the other operand. */
 __host__ __device__ __forceinline__ float fmin_c(float a, float b)
 {
@@ -82,6 +92,23 @@ __host__ __device__ __forceinline__ uint32_t e2m1_rne(float v)
     return ((b >> 28) & 0x8u) | c;
 }
 
+/* [FMT-E2M1] e2m1_rne by one rounding of the adder: |v| + 2^(22+c), c = 0, 1, 2 for |v| below
+ * 2, below 4, else, is rounded to nearest even at the E2M1 quantum of |v|'s binade (0.5, 1,
+ * 2), so the sum's bits less the magic's count the quanta, n; the code is n + 2c, at most 7
+ * (above 6, +-Inf and NaN give 7; a NaN loses its sign). The same codes as e2m1_rne for every
+ * FP32 input (cuda/check_arith.cu compares all 2^32) in about half the instructions. */
+__host__ __device__ __forceinline__ uint32_t e2m1_rne_magic(float v)
+{
+    uint32_t b = bits_of(v), a = b & 0x7FFFFFFFu;
+    uint32_t e = a >> 23;
+    uint32_t c = e < 127u ? 127u : (e > 129u ? 129u : e); /* 127 + (0, 1, 2) */
+    uint32_t magic = (c + 22u) << 23;                     /* 2^(22 + c - 127) */
+    uint32_t base = c * 0x7FFFFEu + 0x0B0000FEu;          /* magic - 2c + 254 */
+    uint32_t mag = bits_of(add_rn(from_bits(a), from_bits(magic))) - base;
+    uint32_t s = a > 0x7F800000u ? 0u : b;
+    return ((s >> 28) & 0x8u) | (mag < 7u ? mag : 7u);
+}
+
 /* [FMT-ROUND-SR] E2M1, satfinite: with |v| = (n + r) * q, q the quantum of its binade
  * (0.5 below 2, then 1, 2), the magnitude goes up from n when u != 0 and
  * floor(r * 2^32) + u >= 2^32. |v| >= 6 and +-Inf give +-6, NaN +6. */
@@ -118,6 +145,14 @@ __host__ __device__ __forceinline__ float round_bf16(float v)
     uint32_t u = bits_of(v);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u)
         return from_bits(0x7FC00000u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return from_bits(u & 0xFFFF0000u);
+}
+
+/* round_bf16 of a finite v (no NaN test). */
+__host__ __device__ __forceinline__ float round_bf16_finite(float v)
+{
+    uint32_t u = bits_of(v);
     u += 0x7FFFu + ((u >> 16) & 1u);
     return from_bits(u & 0xFFFF0000u);
 }
@@ -204,6 +239,44 @@ __host__ __device__ __forceinline__ void rht16(const float v[16], float w[16])
     QC_NV_UNROLL
     for (int j = 0; j < 16; j++)
         w[j] = rht16_out(q, j);
+}
+
+/* rht16 of BF16 values v by four butterfly stages (64 additions a group, not 256), used
+ * only where every partial sum of either order is exact, so both give the exact sum: all
+ * values finite, the largest exponent field at most 250 (16 of them stay below 2^128), and
+ * at most 12 binades between the largest and the smallest nonzero (sums of 16 8-bit
+ * significands fit in 24 bits). Else rht16. The final fl(s * 1/4 + 0) is exact and turns the
+ * butterflies' -0 into the sequential sum's +0. */
+__host__ __device__ __forceinline__ void rht16_butterfly(const float v[16], float w[16])
+{
+    uint32_t hi = 0, lo = 0xFFFFFFFFu; /* max of 2|v|, min of 2|v| - 1 (zeros are ignored) */
+    QC_NV_UNROLL
+    for (int i = 0; i < 16; i++) {
+        uint32_t a2 = bits_of(v[i]) << 1;
+        hi = a2 > hi ? a2 : hi;
+        lo = a2 - 1u < lo ? a2 - 1u : lo;
+    }
+    uint32_t ehi = hi >> 24, elo = lo >> 24;
+    if (ehi > 250u || (elo < ehi && ehi - elo > 12u)) {
+        rht16(v, w);
+        return;
+    }
+    float y[16];
+    QC_NV_UNROLL
+    for (int i = 0; i < 16; i++)
+        y[i] = ((kRhtNeg >> i) & 1u) ? -v[i] : v[i];
+    QC_NV_UNROLL
+    for (int h = 1; h < 16; h <<= 1)
+        QC_NV_UNROLL
+    for (int i = 0; i < 16; i++)
+        if ((i & h) == 0) {
+            float s = add_rn(y[i], y[i + h]), d = add_rn(y[i], -y[i + h]);
+            y[i] = s;
+            y[i + h] = d;
+        }
+    QC_NV_UNROLL
+    for (int j = 0; j < 16; j++)
+        w[j] = round_bf16_finite(fma_rn(y[j], 0.25f, 0.0f));
 }
 
 /* ---------------------------------------------------------------- the variants */
