@@ -141,12 +141,30 @@ struct qc_dev_buf {
 /* 1: every entry point takes its generic path (the benchmark compares the fast paths of
  * aligned shapes with it); 0 (default): fast paths where the shape allows. */
 extern int qc_force_generic;
-/* Chunks of 8 elements a lane of the rowwise fast kernels takes per step: 2 (default) or 4.
- * The outputs are the same; the benchmark times both. */
-extern int qc_rows_unroll;
-/* Resident blocks per SM the fused MXFP8 and block 1x128 tile kernels are compiled for
- * (their register budget): 2 (default) or 3. The outputs are the same. */
-extern int qc_tile_blocks;
+/* How the rowwise fast kernels walk the input (cuda/qc_tile.cuh); the outputs are the same
+ * and the benchmark times each. VEC2 (default) and VEC4: rows_vec, two or four 8-element
+ * chunks a lane, a grid of up to 8 blocks an SM; VEC2_RES: two chunks on the grid the device
+ * holds at once; the rest MXFP8 and block 1x128 only (tensorwise takes VEC2_RES): rows_pipe,
+ * coalesced (COAL) or a lane owning 32 elements (OWN), the next step's loads in flight, on
+ * the resident grid, with streaming cache hints (_CS) or without. */
+enum {
+    QC_ROWS_VEC2 = 0,
+    QC_ROWS_VEC4,
+    QC_ROWS_VEC2_RES,
+    QC_ROWS_COAL,
+    QC_ROWS_OWN,
+    QC_ROWS_COAL_CS,
+    QC_ROWS_OWN_CS,
+    QC_ROWS_NPATHS
+};
+extern int qc_rows_path;
+/* How the fused MXFP8 and block 1x128 tile kernels are built (tile128 in
+ * cuda/qc_tile.cuh); the outputs are the same and the benchmark times each. TILE_2
+ * (default) and TILE_3: compiled for two or three resident blocks an SM (their register
+ * budget); PACK3, PACK4: three or four blocks an SM, BF16 and FP16 inputs held two to a
+ * register until used. */
+enum { QC_TILE_2 = 0, QC_TILE_3, QC_TILE_PACK3, QC_TILE_PACK4, QC_TILE_NPATHS };
+extern int qc_tile_path;
 /* The NVFP4 fast path's arithmetic: 0 (default) the generic kernels' functions, 1 the
  * magic-number E2M1 encode and the butterfly transform where exact. The outputs are the
  * same; the benchmark times and self-checks both. */

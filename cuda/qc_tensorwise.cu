@@ -5,8 +5,8 @@
 #include "qc_tile.cuh"
 
 int qc_force_generic = 0;
-int qc_rows_unroll = 2;
-int qc_tile_blocks = 2;
+int qc_rows_path = QC_ROWS_VEC2;
+int qc_tile_path = QC_TILE_2;
 
 namespace qc {
 namespace {

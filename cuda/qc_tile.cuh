@@ -6,6 +6,10 @@
  * load, one 8-byte store per chunk); a 1xB block of B = 8G elements is G adjacent lanes,
  * reduced with G-lane shuffles.
  *
+ * rows_pipe: the rowwise copy of MXFP8 and block 1x128 with the next step's loads in
+ * flight while the current step is encoded, coalesced or a lane owning 32 elements; the
+ * launchers pick it, rows_vec and the grid by qc_rows_path.
+ *
  * tile128: both copies of a 128x128 tile in one pass by 256 threads. Lane l of warp w
  * owns column chunk c = l % 16 (8 columns) of rows h*64 + g*4 + i (g = 2w + l/16; h, i
  * in 0..1, 0..3): 64 values in registers. Row blocks reduce over lanes; column maxima go
@@ -242,6 +246,211 @@ __global__ void __launch_bounds__(256) rows_vec(qc_input in, fast_args a)
         publish_amax(a.amax_out, warp_max(fbits(seen)));
 }
 
+/* Eight input elements as loaded: BF16 and FP16 stay two to a word until each is read (half
+ * the registers of eight floats), FP32 is eight words. at(j) is element j as FP32, the same
+ * value as load8's v[j]. */
+template <int DT> struct raw8 {
+    uint32_t w[DT == QC_IN_FP32 ? 8 : 4];
+    __device__ __forceinline__ float at(int j) const
+    {
+        if (DT == QC_IN_FP32)
+            return __uint_as_float(w[j]);
+        uint32_t u = w[j / 2];
+        if (DT == QC_IN_BF16)
+            return __uint_as_float(j % 2 ? u & 0xFFFF0000u : u << 16);
+        return __half2float(__ushort_as_half(static_cast<unsigned short>(j % 2 ? u >> 16 : u & 0xFFFFu)));
+    }
+    __device__ __forceinline__ void unpack(float v[8]) const
+    {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[j] = at(j);
+    }
+};
+
+/* 16-byte loads and stores; HINT 1: streaming (the input through the non-coherent path,
+ * not kept in L1, L2 fetching 256 bytes; the codes stored evict-first). */
+template <int HINT> __device__ __forceinline__ uint4 ld16(const uint4 *p)
+{
+    if (!HINT)
+        return *p;
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+template <int HINT> __device__ __forceinline__ void st16(uint8_t *p, uint4 v)
+{
+    if (HINT)
+        __stcs(reinterpret_cast<uint4 *>(p), v);
+    else
+        *reinterpret_cast<uint4 *>(p) = v;
+}
+template <int HINT> __device__ __forceinline__ void st8(uint8_t *p, uint2 v)
+{
+    if (HINT)
+        __stcs(reinterpret_cast<uint2 *>(p), v);
+    else
+        *reinterpret_cast<uint2 *>(p) = v;
+}
+
+/* Elements e0 .. e0+7 (e0 a multiple of 8, the buffer 16-byte aligned) as raw8. */
+template <int DT, int HINT> __device__ __forceinline__ void load_raw8(const void *x, size_t e0, raw8<DT> &r)
+{
+    const uint4 *p = static_cast<const uint4 *>(x) + e0 / (DT == QC_IN_FP32 ? 4 : 8);
+    uint4 u = ld16<HINT>(p);
+    r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
+    if constexpr (DT == QC_IN_FP32) {
+        uint4 b = ld16<HINT>(p + 1);
+        r.w[4] = b.x, r.w[5] = b.y, r.w[6] = b.z, r.w[7] = b.w;
+    }
+}
+
+/* |v| maximum of a raw chunk, as amax8. */
+template <int DT> __device__ __forceinline__ float amax_raw8(float acc, const raw8<DT> &r)
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        acc = fmaxf(acc, fabsf(r.at(j)));
+    return acc;
+}
+
+/* rows_pipe: the rowwise copy of MXFP8 or block 1x128 alone, a warp taking a window of 128
+ * chunks (1024 elements) a step, 4 chunks a lane, with the loads of its next window issued
+ * before the current one is encoded (twice the bytes in flight of rows_vec at the same
+ * occupancy). Lane l takes chunks
+ *   OWN = 0: 32q + l (q = 0..3): each load of the warp is 512 contiguous bytes (BF16); a
+ *            1x32 block is 4 adjacent lanes, a 1x128 block 16, reduced with shuffles;
+ *   OWN = 1: 4l + q: the lane owns 32 consecutive elements, one MXFP8 block (no shuffle,
+ *            one E8M0 a lane, two 16-byte code stores) or a quarter of a 1x128 block (two
+ *            shuffles; every lane of the four divides, which costs the warp no more issue
+ *            than one lane dividing). A load of the warp touches 32 sectors, each half;
+ *            the lane's next load takes the other half (from L1).
+ * K is a multiple of the block; the warp-uniform loop keeps every lane in the shuffles
+ * (a block's lanes are all in range or all out). */
+template <int DT, int E5, int KIND, int RULE, int OWN, int HINT>
+__global__ void __launch_bounds__(256) rows_pipe(qc_input in, fast_args a)
+{
+    static_assert(KIND == K_MX || KIND == K_B1, "the block kinds");
+    constexpr int G = OWN ? (KIND == K_MX ? 1 : 4) : (KIND == K_MX ? 4 : 16);
+    const int64_t nchunk = in.rows * in.cols / 8;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * 8 * 128;
+    const int lane = threadIdx.x % 32;
+    raw8<DT> cur[4];
+    int64_t win = (static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32) * 128;
+    auto chunk = [&](int64_t w, int q) -> int64_t { return w + (OWN ? 4 * lane + q : 32 * q + lane); };
+    auto load_window = [&](raw8<DT>(&r)[4], int64_t w) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int64_t ch = chunk(w, q);
+            if (ch < nchunk)
+                load_raw8<DT, HINT>(in.x, static_cast<size_t>(ch) * 8, r[q]);
+            else
+#pragma unroll
+                for (int i = 0; i < (DT == QC_IN_FP32 ? 8 : 4); i++)
+                    r[q].w[i] = 0;
+        }
+    };
+    load_window(cur, win);
+    for (; win < nchunk; win += stride) {
+        raw8<DT> nxt[4];
+        load_window(nxt, win + stride);
+        float am[4], mult[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            am[q] = amax_raw8<DT>(0.0f, cur[q]);
+        if constexpr (OWN) {
+            /* the lane's 32 elements: MXFP8 block u, or quarter u % 4 of 1x128 block u / 4 */
+            int64_t u = chunk(win, 0) / 4;
+            bool live = chunk(win, 0) < nchunk;
+            uint32_t b = group_max<G>(fbits(fmaxf(fmaxf(am[0], am[1]), fmaxf(am[2], am[3]))));
+            float m;
+            if constexpr (KIND == K_MX) {
+                uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(b));
+                m = mx_rule<RULE, E5>::mult(e);
+                if (live)
+                    static_cast<uint8_t *>(a.row.scale)[u] = static_cast<uint8_t>(e);
+            } else {
+                float sinv;
+                m = fast_blk_scale(a.bp, E5, b, &sinv);
+                if (live && lane % 4 == 0)
+                    static_cast<float *>(a.row.scale)[u / 4] = sinv;
+            }
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                mult[q] = m;
+        } else if constexpr (KIND == K_MX) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int64_t ch = chunk(win, q);
+                uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(group_max<4>(fbits(am[q]))));
+                mult[q] = mx_rule<RULE, E5>::mult(e);
+                if (ch < nchunk && lane % 4 == 0) /* block ch / 4 */
+                    static_cast<uint8_t *>(a.row.scale)[ch / 4] = static_cast<uint8_t>(e);
+            }
+        } else {
+            /* lane q (< 4) of each half-warp divides for chunk set q and hands out the scale */
+            uint32_t mine = 0;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                uint32_t r = group_max<16>(fbits(am[q]));
+                mine = (lane & 3) == q ? r : mine;
+            }
+            int64_t ch = chunk(win, lane & 3);
+            float sinv, smine = fast_blk_scale(a.bp, E5, mine, &sinv);
+            if (ch < nchunk && (lane & 15) < 4)
+                static_cast<float *>(a.row.scale)[ch / 16] = sinv;
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                mult[q] = __shfl_sync(0xFFFFFFFFu, smine, (lane & 16) | q);
+        }
+        uint2 w[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            float v[8];
+            cur[q].unpack(v);
+            w[q] = enc8_scaled<KIND, RULE, E5>(v, mult[q]);
+        }
+        if constexpr (OWN) {
+            int64_t ch = chunk(win, 0);
+            if (ch < nchunk) {
+                st16<HINT>(a.row.data + ch * 8, make_uint4(w[0].x, w[0].y, w[1].x, w[1].y));
+                st16<HINT>(a.row.data + ch * 8 + 16, make_uint4(w[2].x, w[2].y, w[3].x, w[3].y));
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int64_t ch = chunk(win, q);
+                if (ch < nchunk)
+                    st8<HINT>(a.row.data + ch * 8, w[q]);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            cur[q] = nxt[q];
+    }
+}
+
+/* The eight values a tile128 thread holds per row chunk: eight floats (PACK 0), or raw8
+ * (PACK 1: BF16 and FP16 two to a register, unpacked at each use). */
+template <int DT, int PACK> struct held8 {
+    float v[8];
+    __device__ __forceinline__ void load(const void *x, size_t e0) { load8<DT>(x, e0, v); }
+    __device__ __forceinline__ float at(int j) const { return v[j]; }
+};
+template <int DT> struct held8<DT, 1> {
+    raw8<DT> r;
+    __device__ __forceinline__ void load(const void *x, size_t e0) { load_raw8<DT, 0>(x, e0, r); }
+    __device__ __forceinline__ float at(int j) const { return r.at(j); }
+};
+template <int DT, int PACK> __device__ __forceinline__ void unpack(const held8<DT, PACK> &h, float t[8])
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        t[j] = h.at(j);
+}
+
 /* Shared memory of tile128. */
 struct tile_smem {
     uint32_t part[2][16][128]; /* column maxima per (h, g), as bits */
@@ -270,7 +479,7 @@ __device__ __forceinline__ void tile128_transposed(const fast_args &a, const uin
 /* Both copies of the 128x128 tile (blockIdx.y, blockIdx.x) of an [M, K] input, M and K
  * multiples of 128. The columnwise copy is transposed ([K, M]) except for MXFP8 ([M, K]).
  * Either copy may be absent (NULL data). */
-template <int DT, int E5, int KIND, int RULE, int MINB>
+template <int DT, int E5, int KIND, int RULE, int MINB, int PACK>
 __global__ void __launch_bounds__(256, MINB) tile128(qc_input in, fast_args a)
 {
     __shared__ tile_smem sm;
@@ -281,12 +490,12 @@ __global__ void __launch_bounds__(256, MINB) tile128(qc_input in, fast_args a)
                   k0 = static_cast<int64_t>(blockIdx.x) * 128;
     const int64_t kc = k0 + c * 8; /* this thread's first column */
 
-    float v[2][4][8];
+    held8<DT, PACK> v[2][4];
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            load8<DT>(in.x, static_cast<size_t>((m0 + h * 64 + g * 4 + i) * K + kc), v[h][i]);
+            v[h][i].load(in.x, static_cast<size_t>((m0 + h * 64 + g * 4 + i) * K + kc));
 
     /* Row amax per owned row, and the thread's total. */
     float ram[2][4], tot = 0.0f;
@@ -294,7 +503,9 @@ __global__ void __launch_bounds__(256, MINB) tile128(qc_input in, fast_args a)
     for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            ram[h][i] = amax8(0.0f, v[h][i]);
+            float t[8];
+            unpack(v[h][i], t);
+            ram[h][i] = amax8(0.0f, t);
             tot = fmaxf(tot, ram[h][i]);
         }
 
@@ -360,7 +571,9 @@ __global__ void __launch_bounds__(256, MINB) tile128(qc_input in, fast_args a)
                 } else if (KIND == K_B1) {
                     mult = bs[h][i];
                 }
-                rc[h][i] = enc8_scaled<KIND, RULE, E5>(v[h][i], mult);
+                float t[8];
+                unpack(v[h][i], t);
+                rc[h][i] = enc8_scaled<KIND, RULE, E5>(t, mult);
                 if (a.row.data)
                     *reinterpret_cast<uint2 *>(a.row.data + m * K + kc) = rc[h][i];
             }
@@ -377,7 +590,7 @@ __global__ void __launch_bounds__(256, MINB) tile128(qc_input in, fast_args a)
                 float am = 0.0f;
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    am = fmaxf(am, fabsf(v[h][i][j]));
+                    am = fmaxf(am, fabsf(v[h][i].at(j)));
                 sm.part[h][g][c * 8 + j] = fbits(am);
             }
         __syncthreads();
@@ -411,7 +624,9 @@ __global__ void __launch_bounds__(256, MINB) tile128(qc_input in, fast_args a)
                 mult[j] = sm.cmul[KIND == K_MX ? 2 * h + g / 8 : 0][c * 8 + j];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                uint2 cw = enc8_scaled<KIND, RULE, E5>(v[h][i], mult);
+                float t[8];
+                unpack(v[h][i], t);
+                uint2 cw = enc8_scaled<KIND, RULE, E5>(t, mult);
                 if (KIND == K_MX) /* columnwise MXFP8 keeps the [M, K] layout */
                     *reinterpret_cast<uint2 *>(a.col.data + (m0 + h * 64 + g * 4 + i) * K + kc) =
                         cw;
@@ -436,37 +651,115 @@ inline bool fast_tile_ok(const qc_input &in)
     return !qc_force_generic && aligned16(in.x) && in.rows % 128 == 0 && in.cols % 128 == 0;
 }
 
-/* Launches rows_vec with a grid of a few waves (the walk is grid-stride), two chunks a
- * lane, or four when qc_rows_unroll is 4. */
-template <int DT, int E5, int KIND, int RULE>
-cudaError_t launch_rows(const qc_input &in, const fast_args &a)
+/* The grid of a grid-stride kernel: the blocks the device holds at once (per_sm an SM, from
+ * the occupancy calculator) and no more than the work needs, so that no block waits for a
+ * second wave holding a full share of the walk. */
+inline unsigned resident_grid(int per_sm, int64_t need)
 {
-    int u4 = qc_rows_unroll == 4;
-    int64_t nchunk = in.rows * in.cols / 8;
-    unsigned grid = blocks_for(nchunk, u4 ? 1024 : 512);
-    if (grid > 132u * 8u)
-        grid = 132u * 8u;
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        sms = 132;
+    int64_t g = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+    return static_cast<unsigned>(g < need ? g : need);
+}
+
+/* Launches a grid-stride row kernel of 256 threads: a fixed grid of up to 8 blocks an SM
+ * (132 SMs) when resident is 0, else the resident grid (the occupancy of kern is asked once
+ * per instance). */
+template <typename Kernel>
+cudaError_t launch_walk(Kernel kern, int *per_sm, int resident, int64_t blocks_needed,
+                        const qc_input &in, const fast_args &a)
+{
+    unsigned grid;
+    if (resident) {
+        if (*per_sm == 0) {
+            cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kern, 256, 0);
+            if (err != cudaSuccess)
+                return err;
+        }
+        grid = resident_grid(*per_sm, blocks_needed);
+    } else {
+        grid = static_cast<unsigned>(blocks_needed < 132 * 8 ? blocks_needed : 132 * 8);
+    }
     if (grid == 0)
         return cudaSuccess;
-    if (u4)
-        rows_vec<DT, E5, KIND, RULE, 4><<<grid, 256>>>(in, a);
-    else
-        rows_vec<DT, E5, KIND, RULE, 2><<<grid, 256>>>(in, a);
+    kern<<<grid, 256>>>(in, a);
     return cudaGetLastError();
 }
 
+template <int DT, int E5, int KIND, int RULE, int U>
+cudaError_t launch_vec(const qc_input &in, const fast_args &a, int resident)
+{
+    static int per_sm = 0;
+    return launch_walk(rows_vec<DT, E5, KIND, RULE, U>, &per_sm, resident,
+                       blocks_for(in.rows * in.cols / 8, 256 * U), in, a);
+}
+
+template <int DT, int E5, int KIND, int RULE, int OWN, int HINT>
+cudaError_t launch_pipe(const qc_input &in, const fast_args &a)
+{
+    static int per_sm = 0;
+    return launch_walk(rows_pipe<DT, E5, KIND, RULE, OWN, HINT>, &per_sm, 1,
+                       blocks_for(in.rows * in.cols / 8, 8 * 128), in, a);
+}
+
+/* Launches the rowwise copy by qc_rows_path (qc_kernels.h): rows_vec with two or four
+ * chunks a lane, or rows_pipe (MXFP8 and block 1x128, with 16-byte aligned codes;
+ * tensorwise, or unaligned codes, take rows_vec's two chunks on the resident grid). */
+template <int DT, int E5, int KIND, int RULE>
+cudaError_t launch_rows(const qc_input &in, const fast_args &a)
+{
+    int path = qc_rows_path;
+    if (path == QC_ROWS_VEC4)
+        return launch_vec<DT, E5, KIND, RULE, 4>(in, a, 0);
+    if (path == QC_ROWS_VEC2)
+        return launch_vec<DT, E5, KIND, RULE, 2>(in, a, 0);
+    if constexpr (KIND == K_MX || KIND == K_B1) {
+        if (aligned16(a.row.data)) {
+            switch (path) {
+            case QC_ROWS_COAL:
+                return launch_pipe<DT, E5, KIND, RULE, 0, 0>(in, a);
+            case QC_ROWS_OWN:
+                return launch_pipe<DT, E5, KIND, RULE, 1, 0>(in, a);
+            case QC_ROWS_COAL_CS:
+                return launch_pipe<DT, E5, KIND, RULE, 0, 1>(in, a);
+            case QC_ROWS_OWN_CS:
+                return launch_pipe<DT, E5, KIND, RULE, 1, 1>(in, a);
+            default:
+                break;
+            }
+        }
+    }
+    return launch_vec<DT, E5, KIND, RULE, 2>(in, a, 1);
+}
+
+/* Launches tile128 by qc_tile_path (qc_kernels.h) for MXFP8 and block 1x128; the
+ * one-scale tiles (tensorwise, 128x128) are built for three blocks an SM. */
 template <int DT, int E5, int KIND, int RULE>
 cudaError_t launch_tile(const qc_input &in, const fast_args &a)
 {
     dim3 grid(static_cast<unsigned>(in.cols / 128), static_cast<unsigned>(in.rows / 128));
     if (grid.x == 0 || grid.y == 0)
         return cudaSuccess;
-    if constexpr (KIND == K_TW || KIND == K_B2)
-        tile128<DT, E5, KIND, RULE, 3><<<grid, 256>>>(in, a);
-    else if (qc_tile_blocks == 3)
-        tile128<DT, E5, KIND, RULE, 3><<<grid, 256>>>(in, a);
-    else
-        tile128<DT, E5, KIND, RULE, 2><<<grid, 256>>>(in, a);
+    if constexpr (KIND == K_TW || KIND == K_B2) {
+        tile128<DT, E5, KIND, RULE, 3, 0><<<grid, 256>>>(in, a);
+    } else {
+        switch (qc_tile_path) {
+        case QC_TILE_3:
+            tile128<DT, E5, KIND, RULE, 3, 0><<<grid, 256>>>(in, a);
+            break;
+        case QC_TILE_PACK3:
+            tile128<DT, E5, KIND, RULE, 3, 1><<<grid, 256>>>(in, a);
+            break;
+        case QC_TILE_PACK4:
+            tile128<DT, E5, KIND, RULE, 4, 1><<<grid, 256>>>(in, a);
+            break;
+        default:
+            tile128<DT, E5, KIND, RULE, 2, 0><<<grid, 256>>>(in, a);
+            break;
+        }
+    }
     return cudaGetLastError();
 }
 

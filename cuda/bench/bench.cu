@@ -119,19 +119,18 @@ void k_blk2d_both(const bench_ctx &c, const buffers &b)
     CHECK(qc_block_2d(input(c, b), p, qc_copy{b.row, b.rs}, qc_copy{b.col, b.cs}));
 }
 
-/* The rowwise kernels with four chunks a lane (qc_rows_unroll). */
-template <kernel_fn F> void unroll4(const bench_ctx &c, const buffers &b)
+/* A kernel with another rowwise path (qc_rows_path) or tile build (qc_tile_path). */
+template <kernel_fn F, int PATH> void rows_path(const bench_ctx &c, const buffers &b)
 {
-    qc_rows_unroll = 4;
+    qc_rows_path = PATH;
     F(c, b);
-    qc_rows_unroll = 2;
+    qc_rows_path = QC_ROWS_VEC2;
 }
-/* The fused tile kernels compiled for three resident blocks an SM (qc_tile_blocks). */
-template <kernel_fn F> void blocks3(const bench_ctx &c, const buffers &b)
+template <kernel_fn F, int PATH> void tile_path(const bench_ctx &c, const buffers &b)
 {
-    qc_tile_blocks = 3;
+    qc_tile_path = PATH;
     F(c, b);
-    qc_tile_blocks = 2;
+    qc_tile_path = QC_TILE_2;
 }
 
 struct entry {
@@ -257,7 +256,10 @@ int verify_fast_paths(bench_ctx &c)
     void *wide;
     CHECK(cudaMalloc(&wide, static_cast<size_t>(n) * 4));
     int failures = 0, runs = 0;
-    for (int alt = 0; alt <= 1; alt++) /* the defaults; four chunks a lane, 3 blocks an SM */
+    /* alt 0: the defaults; alt k: rowwise path k and tile build k (the default where k is
+     * past the last) */
+    const int nalt = std::max<int>(QC_ROWS_NPATHS, QC_TILE_NPATHS);
+    for (int alt = 0; alt < nalt; alt++)
     for (int dt = 0; dt < 3; dt++) {
         qc_input in = {c.set[0].x, QC_IN_BF16, c.M, c.K};
         if (dt != QC_IN_BF16) {
@@ -269,16 +271,16 @@ int verify_fast_paths(bench_ctx &c)
         }
         for (const job &j : jobs)
             for (int v = 0; v < j.nvariants; v++) {
-                qc_rows_unroll = alt ? 4 : 2;
-                qc_tile_blocks = alt ? 3 : 2;
+                qc_rows_path = alt < QC_ROWS_NPATHS ? alt : QC_ROWS_VEC2;
+                qc_tile_path = alt < QC_TILE_NPATHS ? alt : QC_TILE_2;
                 size_t bad = compare_paths(in, c.set[1], c.set[2], n, j.fn, v);
-                qc_rows_unroll = 2;
-                qc_tile_blocks = 2;
+                qc_rows_path = QC_ROWS_VEC2;
+                qc_tile_path = QC_TILE_2;
                 runs++;
                 if (bad) {
                     failures++;
-                    printf("verify: %s dtype %d variant %d%s: %zu bytes differ\n", j.name, dt, v,
-                           alt ? " (4 chunks a lane, 3 blocks an SM)" : "", bad);
+                    printf("verify: %s dtype %d variant %d (rows path %d, tile path %d): %zu bytes differ\n",
+                           j.name, dt, v, alt < QC_ROWS_NPATHS ? alt : 0, alt < QC_TILE_NPATHS ? alt : 0, bad);
                 }
             }
     }
@@ -370,7 +372,7 @@ int main(int argc, char **argv)
     CHECK(cudaDeviceSynchronize());
     /* The self-check runs on the leading 2048 x 4096 (or smaller) of the buffers: every
      * fast path is shape-generic above its alignment, and the smaller copy-back keeps the
-     * 216 comparisons to seconds. */
+     * comparisons to seconds. */
     bench_ctx v = c;
     v.M = std::min<int64_t>(c.M, 2048);
     v.K = std::min<int64_t>(c.K, 4096);
@@ -378,6 +380,15 @@ int main(int argc, char **argv)
     if (!only) {
         printf("verify on %lld x %lld\n", (long long)v.M, (long long)v.K);
         verify_failures = verify_fast_paths(v);
+        /* A ragged shape (M*K/8 no multiple of a warp's 128-chunk window, K a multiple of
+         * 128 only): the rowwise walks' partial last steps. */
+        bench_ctx r = v;
+        r.M = v.M - 1;
+        r.K = v.K > 128 ? v.K - 128 : v.K;
+        if (r.M > 0) {
+            printf("verify on %lld x %lld\n", (long long)r.M, (long long)r.K);
+            verify_failures += verify_fast_paths(r);
+        }
     }
     for (int i = 0; i < kRot; i++) /* the benchmark runs on the unplanted inputs */
         bench_fill_bf16<<<static_cast<unsigned>((n + 255) / 256), 256>>>(c.set[i].x, static_cast<size_t>(n),
@@ -399,26 +410,46 @@ int main(int argc, char **argv)
         {"block 1x128 rowwise", k_blk1d_row, 3.0 + 4.0 / 128},
         {"block 1x128 row+col(T)", k_blk1d_both, 4.0 + 8.0 / 128},
         {"block 128x128 row+col(T)", k_blk2d_both, 4.0},
-        {"delayed rowwise, 4 chunks/lane", unroll4<k_delayed_row>, 3.0},
-        {"current rowwise, 4 chunks/lane", unroll4<k_current_row>, 5.0},
-        {"mxfp8 rowwise, 4 chunks/lane", unroll4<k_mx_row>, 3.0 + 1.0 / 32},
-        {"block 1x128 rowwise, 4 chunks/lane", unroll4<k_blk1d_row>, 3.0 + 4.0 / 128},
-        {"mxfp8 row+col fused, 3 blocks/SM", blocks3<k_mx_both>, 4.0 + 2.0 / 32},
-        {"block 1x128 row+col(T), 3 blocks/SM", blocks3<k_blk1d_both>, 4.0 + 8.0 / 128},
+        {"delayed rowwise, 4 chunks/lane", rows_path<k_delayed_row, QC_ROWS_VEC4>, 3.0},
+        {"current rowwise, 4 chunks/lane", rows_path<k_current_row, QC_ROWS_VEC4>, 5.0},
+        {"delayed rowwise, resident grid", rows_path<k_delayed_row, QC_ROWS_VEC2_RES>, 3.0},
+        {"mxfp8 rowwise, 4 chunks/lane", rows_path<k_mx_row, QC_ROWS_VEC4>, 3.0 + 1.0 / 32},
+        {"mxfp8 rowwise, resident grid", rows_path<k_mx_row, QC_ROWS_VEC2_RES>, 3.0 + 1.0 / 32},
+        {"mxfp8 rowwise, pipe coalesced", rows_path<k_mx_row, QC_ROWS_COAL>, 3.0 + 1.0 / 32},
+        {"mxfp8 rowwise, pipe own", rows_path<k_mx_row, QC_ROWS_OWN>, 3.0 + 1.0 / 32},
+        {"mxfp8 rowwise, pipe coalesced cs", rows_path<k_mx_row, QC_ROWS_COAL_CS>, 3.0 + 1.0 / 32},
+        {"mxfp8 rowwise, pipe own cs", rows_path<k_mx_row, QC_ROWS_OWN_CS>, 3.0 + 1.0 / 32},
+        {"block 1x128 rowwise, 4 chunks/lane", rows_path<k_blk1d_row, QC_ROWS_VEC4>, 3.0 + 4.0 / 128},
+        {"block 1x128 rowwise, resident grid", rows_path<k_blk1d_row, QC_ROWS_VEC2_RES>, 3.0 + 4.0 / 128},
+        {"block 1x128 rowwise, pipe coalesced", rows_path<k_blk1d_row, QC_ROWS_COAL>, 3.0 + 4.0 / 128},
+        {"block 1x128 rowwise, pipe own", rows_path<k_blk1d_row, QC_ROWS_OWN>, 3.0 + 4.0 / 128},
+        {"block 1x128 rowwise, pipe coalesced cs", rows_path<k_blk1d_row, QC_ROWS_COAL_CS>, 3.0 + 4.0 / 128},
+        {"block 1x128 rowwise, pipe own cs", rows_path<k_blk1d_row, QC_ROWS_OWN_CS>, 3.0 + 4.0 / 128},
+        {"mxfp8 row+col fused, 3 blocks/SM", tile_path<k_mx_both, QC_TILE_3>, 4.0 + 2.0 / 32},
+        {"mxfp8 row+col fused, packed 3/SM", tile_path<k_mx_both, QC_TILE_PACK3>, 4.0 + 2.0 / 32},
+        {"mxfp8 row+col fused, packed 4/SM", tile_path<k_mx_both, QC_TILE_PACK4>, 4.0 + 2.0 / 32},
+        {"block 1x128 row+col(T), 3 blocks/SM", tile_path<k_blk1d_both, QC_TILE_3>, 4.0 + 8.0 / 128},
+        {"block 1x128 row+col(T), packed 3/SM", tile_path<k_blk1d_both, QC_TILE_PACK3>, 4.0 + 8.0 / 128},
+        {"block 1x128 row+col(T), packed 4/SM", tile_path<k_blk1d_both, QC_TILE_PACK4>, 4.0 + 8.0 / 128},
     };
+    /* --only NAME picks the row of that exact name when there is one, else every row whose
+     * name contains NAME. */
+    bool exact = false;
+    for (const entry &e : table)
+        exact = exact || (only && strcmp(e.name, only) == 0);
     printf("device: %s, %d SMs, L2 %d MiB; input %lldx%lld bf16 (%.1f MB), %d rotated sets\n",
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, (long long)c.M,
            (long long)c.K, n * 2 / 1e6, kRot);
-    printf("%-28s %10s %10s %10s %8s\n", "kernel", "MB moved", "median us", "GB/s", "of copy");
+    printf("%-40s %10s %10s %10s %8s\n", "kernel", "MB moved", "median us", "GB/s", "of copy");
     double copy_bw = 0.0;
     for (const entry &e : table) {
-        if (only && copy_bw != 0.0 && !strstr(e.name, only))
+        if (only && copy_bw != 0.0 && (exact ? strcmp(e.name, only) != 0 : !strstr(e.name, only)))
             continue;
         double us = median_us(c, e.f), mb = e.bytes_per_elem * n / 1e6;
         double bw = mb / us * 1e3; /* GB/s */
         if (copy_bw == 0.0)
             copy_bw = bw;
-        printf("%-28s %10.1f %10.1f %10.1f %7.1f%%\n", e.name, mb, us, bw, 100.0 * bw / copy_bw);
+        printf("%-40s %10.1f %10.1f %10.1f %7.1f%%\n", e.name, mb, us, bw, 100.0 * bw / copy_bw);
     }
     if (!only)
         verify_failures += qc_bench_nvfp4::run(c.M, c.K, copy_bw);
