@@ -451,7 +451,7 @@ int main(int argc, char **argv)
             copy_bw = bw;
         printf("%-40s %10.1f %10.1f %10.1f %7.1f%%\n", e.name, mb, us, bw, 100.0 * bw / copy_bw);
     }
-    if (!only)
-        verify_failures += qc_bench_nvfp4::run(c.M, c.K, copy_bw);
+    if (!only || strncmp(only, "nvfp4", 5) == 0)
+        verify_failures += qc_bench_nvfp4::run(c.M, c.K, copy_bw, only);
     return verify_failures ? 1 : 0;
 }
