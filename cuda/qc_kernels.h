@@ -142,7 +142,8 @@ struct qc_dev_buf {
  * aligned shapes with it); 0 (default): fast paths where the shape allows. */
 extern int qc_force_generic;
 /* How the rowwise fast kernels walk the input (cuda/qc_tile.cuh); the outputs are the same
- * and the benchmark times each. VEC2 (default) and VEC4: rows_vec, two or four 8-element
+ * and the benchmark times each. AUTO (default): VEC4 for MXFP8 and block 1x128, VEC2 for
+ * tensorwise, the fastest of each on an H100 (docs/perf.md). VEC2 and VEC4: rows_vec, two or four 8-element
  * chunks a lane, a grid of up to 8 blocks an SM; VEC2_RES: two chunks on the grid the device
  * holds at once; the rest MXFP8 and block 1x128 only (tensorwise takes VEC2_RES): rows_pipe,
  * coalesced (COAL) or a lane owning 32 elements (OWN), the next step's loads in flight, on
@@ -155,6 +156,7 @@ enum {
     QC_ROWS_OWN,
     QC_ROWS_COAL_CS,
     QC_ROWS_OWN_CS,
+    QC_ROWS_AUTO,
     QC_ROWS_NPATHS
 };
 extern int qc_rows_path;
@@ -165,9 +167,10 @@ extern int qc_rows_path;
  * register until used. */
 enum { QC_TILE_2 = 0, QC_TILE_3, QC_TILE_PACK3, QC_TILE_PACK4, QC_TILE_NPATHS };
 extern int qc_tile_path;
-/* The NVFP4 fast path's arithmetic: 0 (default) the generic kernels' functions, 1 the
- * magic-number E2M1 encode and the butterfly transform where exact. The outputs are the
- * same; the benchmark times and self-checks both. */
+/* The NVFP4 fast path's arithmetic: 0 the generic kernels' functions, 1 the magic-number
+ * E2M1 encode and the butterfly transform where exact, 2 (default) the magic-number encode
+ * with the generic transform. The outputs are the same; the benchmark times and
+ * self-checks each. */
 extern int qc_nvfp4_arith;
 
 #endif

@@ -12,7 +12,10 @@
  *
  * The fast path's arithmetic comes in two builds with the same outputs (qc_nvfp4_arith):
  * 0, the generic kernels' own functions (E2M1 by threshold compares, the transform in the
- * reference's order); 1, e2m1_rne_magic and rht16_butterfly.
+ * reference's order); 1, e2m1_rne_magic and rht16_butterfly; 2 (the default), e2m1_rne_magic
+ * with the transform in the reference's order. On an H100 (2026-12-05, docs/perf.md) the
+ * magic encode made the rows without the transform 10 to 24% faster and the butterfly made
+ * those with it slower.
  *
  * Generic path (any shape): one thread per scale code, then one per data byte, calling
  * scale_entry() and data_byte(), which cuda/check_arith.cu runs against the reference. */
@@ -22,7 +25,7 @@
 #include "qc_nvfp4.cuh"
 
 /* The fast path's arithmetic build (cuda/qc_kernels.h); the default is this one line. */
-int qc_nvfp4_arith = 0;
+int qc_nvfp4_arith = 2;
 
 namespace qc
 {
@@ -48,7 +51,7 @@ template <int A> __device__ __forceinline__ uint32_t e2m1_fast(float v, int sr, 
 /* [REC-NV-RHT] on one group of BF16 values by arithmetic build A (the same values). */
 template <int A> __device__ __forceinline__ void rht16_fast(const float v[16], float w[16])
 {
-    if (A)
+    if (A == 1)
         rht16_butterfly(v, w);
     else
         rht16(v, w);
@@ -476,8 +479,9 @@ cudaError_t launch(const qc_input &in, const qc_nvfp4_params &p, int rht, qc_cop
     const int64_t M = in.rows, K = in.cols, n = M * K;
     const bool measure = p.amax_mode != QC_NV_AMAX_GIVEN, encode = p.amax_mode != QC_NV_AMAX_ONLY;
     if (fast_shape(in, row, col))
-        return qc_nvfp4_arith ? launch_fast<DT, V, 1>(in, p, rht, row, col, amax_bits)
-                              : launch_fast<DT, V, 0>(in, p, rht, row, col, amax_bits);
+        return qc_nvfp4_arith == 2   ? launch_fast<DT, V, 2>(in, p, rht, row, col, amax_bits)
+               : qc_nvfp4_arith == 1 ? launch_fast<DT, V, 1>(in, p, rht, row, col, amax_bits)
+                                     : launch_fast<DT, V, 0>(in, p, rht, row, col, amax_bits);
     job jb = {in.x,
               M,
               K,

@@ -5,7 +5,7 @@
 #include "qc_tile.cuh"
 
 int qc_force_generic = 0;
-int qc_rows_path = QC_ROWS_VEC2;
+int qc_rows_path = QC_ROWS_AUTO;
 int qc_tile_path = QC_TILE_2;
 
 namespace qc {

@@ -711,6 +711,8 @@ template <int DT, int E5, int KIND, int RULE>
 cudaError_t launch_rows(const qc_input &in, const fast_args &a)
 {
     int path = qc_rows_path;
+    if (path == QC_ROWS_AUTO)
+        path = KIND == K_MX || KIND == K_B1 ? QC_ROWS_VEC4 : QC_ROWS_VEC2;
     if (path == QC_ROWS_VEC4)
         return launch_vec<DT, E5, KIND, RULE, 4>(in, a, 0);
     if (path == QC_ROWS_VEC2)

@@ -122,9 +122,10 @@ void k_blk2d_both(const bench_ctx &c, const buffers &b)
 /* A kernel with another rowwise path (qc_rows_path) or tile build (qc_tile_path). */
 template <kernel_fn F, int PATH> void rows_path(const bench_ctx &c, const buffers &b)
 {
+    const int path0 = qc_rows_path;
     qc_rows_path = PATH;
     F(c, b);
-    qc_rows_path = QC_ROWS_VEC2;
+    qc_rows_path = path0;
 }
 template <kernel_fn F, int PATH> void tile_path(const bench_ctx &c, const buffers &b)
 {
@@ -271,11 +272,12 @@ int verify_fast_paths(bench_ctx &c)
         }
         for (const job &j : jobs)
             for (int v = 0; v < j.nvariants; v++) {
-                qc_rows_path = alt < QC_ROWS_NPATHS ? alt : QC_ROWS_VEC2;
-                qc_tile_path = alt < QC_TILE_NPATHS ? alt : QC_TILE_2;
+                const int rows0 = qc_rows_path, tile0 = qc_tile_path;
+                qc_rows_path = alt < QC_ROWS_NPATHS ? alt : rows0;
+                qc_tile_path = alt < QC_TILE_NPATHS ? alt : tile0;
                 size_t bad = compare_paths(in, c.set[1], c.set[2], n, j.fn, v);
-                qc_rows_path = QC_ROWS_VEC2;
-                qc_tile_path = QC_TILE_2;
+                qc_rows_path = rows0;
+                qc_tile_path = tile0;
                 runs++;
                 if (bad) {
                     failures++;

@@ -183,7 +183,7 @@ def median_us(fn, xs):
 
 
 def load(d, name, dtype, shape):
-    t = torch.from_numpy(bytearray(open(os.path.join(d, name), "rb").read()))
+    t = torch.frombuffer(bytearray(open(os.path.join(d, name), "rb").read()), dtype=torch.uint8)
     return t.view(dtype).reshape(shape).cuda()
 
 
