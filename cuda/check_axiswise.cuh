@@ -25,6 +25,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "check_util.cuh"
+
 #include "qc_axiswise.cuh"
 #include "qspec/format.h"
 #include "qspec/recipe.h"
@@ -36,18 +38,13 @@ long g_fail = 0;
 
 void fail(const char *what, const char *ctx, uint64_t x, uint32_t want, uint32_t got)
 {
-    if (g_fail++ < 30)
-        printf("FAIL axiswise %s %s x=0x%llx ref=0x%08x cuda=0x%08x\n", what, ctx,
-               (unsigned long long)x, want, got);
+    qc_check_report(&g_fail, "axiswise", what, ctx, x, want, got);
 }
 
 uint64_t g_rng = 0x452821E638D01377ull;
 uint64_t next_u64()
 {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return qc_check_splitmix(&g_rng);
 }
 float next_unit()
 {

@@ -25,6 +25,7 @@
 
 #include <vector>
 
+#include "check_util.cuh"
 #include "qc_dequant.cuh"
 #include "qc_format.cuh"
 #include "qspec/recipe.h"
@@ -36,8 +37,7 @@ long g_order_nan = 0; /* see qc::dq::both_nan */
 
 void fail(const char *what, const char *ctx, uint32_t x, uint32_t want, uint32_t got)
 {
-    if (g_fail++ < 30)
-        printf("FAIL %s %s x=0x%08x ref=0x%08x cuda=0x%08x\n", what, ctx, x, want, got);
+    qc_check_report(&g_fail, "", what, ctx, x, want, got);
 }
 
 double now_s()
@@ -50,10 +50,7 @@ double now_s()
 uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 uint64_t next_u64()
 {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return qc_check_splitmix(&g_rng);
 }
 
 __host__ __device__ inline uint32_t mix32(uint32_t x)

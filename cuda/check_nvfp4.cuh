@@ -28,6 +28,8 @@
 
 #include <vector>
 
+#include "check_util.cuh"
+
 #include "qc_nvfp4.cuh"
 #include "qspec/random.h"
 #include "qspec/recipe.h"
@@ -44,18 +46,13 @@ long g_fail = 0;
 
 void fail(const char *what, const char *ctx, uint64_t x, uint32_t want, uint32_t got)
 {
-    if (g_fail++ < 30)
-        printf("FAIL nvfp4 %s %s x=0x%llx ref=0x%08x cuda=0x%08x\n", what, ctx,
-               (unsigned long long)x, want, got);
+    qc_check_report(&g_fail, "nvfp4", what, ctx, x, want, got);
 }
 
 uint64_t g_rng = 0x243F6A8885A308D3ull;
 uint64_t next_u64()
 {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return qc_check_splitmix(&g_rng);
 }
 uint32_t next_u32()
 {
