@@ -103,23 +103,13 @@ __global__ void __launch_bounds__(kThreads)
         }
         __syncthreads();
     }
+    /* thread tx encodes column k0+tx of each tile: its scale is the column's
+     * (encode_tile32's fl(v * s) and satfinite encode are ax::encode's) */
     float s = KIND == QC_AX_ROWS
                   ? scale[tx]
                   : ax::scale_from_amax(ax::amax_of(*tensor_mag), ax::fp8_max<E5>(), pow2);
-    for (int64_t m0 = 0; m0 < M; m0 += 32) {
-        for (int j = ty; j < 32; j += 8) { /* row m0+j of x, column k (the thread's scale) */
-            int64_t m = m0 + j;
-            if (m < M && k < K)
-                codes[j][tx] = ax::encode<E5>(load<DT>(in.x, static_cast<size_t>(m * K + k)), s);
-        }
-        __syncthreads();
-        for (int j = ty; j < 32; j += 8) { /* row k0+j of x^T, columns m0+tx */
-            int64_t kc = k0 + j, m = m0 + tx;
-            if (m < M && kc < K)
-                col.data[kc * M + m] = codes[tx][j];
-        }
-        __syncthreads();
-    }
+    for (int64_t m0 = 0; m0 < M; m0 += 32)
+        encode_tile32<DT, E5>(in, m0, k0, s, nullptr, col.data, codes);
 }
 
 /* [REC-AX-GWHP]: the high-precision columnwise copy, x^T [K, M] as the reference's FP32
