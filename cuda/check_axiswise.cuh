@@ -396,17 +396,6 @@ int check_tensors(qs_ctx *ctx, bool device)
     return run;
 }
 
-/* Returns true when a CUDA device is present (the device half then runs). */
-bool have_device()
-{
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        cudaGetLastError();
-        return false;
-    }
-    return true;
-}
-
 } // namespace qc_check_ax
 
 inline long qc_check_axiswise(uint64_t stride)
@@ -416,7 +405,7 @@ inline long qc_check_axiswise(uint64_t stride)
     clock_t t0 = clock();
     check_scales(stride);
     check_hp_values();
-    bool device = have_device();
+    bool device = qc_check_have_device();
     int runs = check_tensors(ctx, device);
     qs_ctx_free(ctx);
     printf("check_arith: axiswise: scale rule, hp values, %d whole tensors vs the model%s: %ld "

@@ -578,11 +578,8 @@ void check_device_format(const uint32_t *din, const std::vector<uint32_t> &in, u
 /* Returns 1 when the device checks ran, 0 when no device is present. */
 int check_device()
 {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        cudaGetLastError();
+    if (!qc_check_have_device())
         return 0;
-    }
     std::vector<uint32_t> in;
     for (uint32_t i = 0; i < 65536u; i++)
         in.push_back(i << 16 | (mix32(i) & 0xFFFFu)); /* every exponent, sign, some payloads */

@@ -1,9 +1,11 @@
 /* check_util.cuh: what the parts of cuda/check_arith.cu share — the failure line (at most
- * 30 a family are printed, every one counted) and the splitmix64 stream each part draws its
- * random inputs from (its own state, so that one part's inputs do not depend on another's). */
+ * 30 a family are printed, every one counted), the splitmix64 stream each part draws its
+ * random inputs from (its own state, so that one part's inputs do not depend on another's),
+ * and whether a CUDA device is there for the device halves. */
 #ifndef QC_CHECK_UTIL_CUH
 #define QC_CHECK_UTIL_CUH
 
+#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -24,6 +26,18 @@ inline uint64_t qc_check_splitmix(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+
+/* True when a CUDA device is present (the device halves then run); the error of a failed
+ * probe is cleared. */
+inline bool qc_check_have_device()
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return false;
+    }
+    return true;
 }
 
 #endif
