@@ -129,9 +129,10 @@ template <kernel_fn F, int PATH> void rows_path(const bench_ctx &c, const buffer
 }
 template <kernel_fn F, int PATH> void tile_path(const bench_ctx &c, const buffers &b)
 {
+    const int path0 = qc_tile_path;
     qc_tile_path = PATH;
     F(c, b);
-    qc_tile_path = QC_TILE_2;
+    qc_tile_path = path0;
 }
 
 struct entry {
@@ -273,8 +274,10 @@ int verify_fast_paths(bench_ctx &c)
         for (const job &j : jobs)
             for (int v = 0; v < j.nvariants; v++) {
                 const int rows0 = qc_rows_path, tile0 = qc_tile_path;
-                qc_rows_path = alt < QC_ROWS_NPATHS ? alt : rows0;
-                qc_tile_path = alt < QC_TILE_NPATHS ? alt : tile0;
+                const int rows = alt < QC_ROWS_NPATHS ? alt : rows0;
+                const int tile = alt < QC_TILE_NPATHS ? alt : tile0;
+                qc_rows_path = rows;
+                qc_tile_path = tile;
                 size_t bad = compare_paths(in, c.set[1], c.set[2], n, j.fn, v);
                 qc_rows_path = rows0;
                 qc_tile_path = tile0;
@@ -282,7 +285,7 @@ int verify_fast_paths(bench_ctx &c)
                 if (bad) {
                     failures++;
                     printf("verify: %s dtype %d variant %d (rows path %d, tile path %d): %zu bytes differ\n",
-                           j.name, dt, v, alt < QC_ROWS_NPATHS ? alt : 0, alt < QC_TILE_NPATHS ? alt : 0, bad);
+                           j.name, dt, v, rows, tile, bad);
                 }
             }
     }
