@@ -59,10 +59,10 @@ void qsk_compare_outputs(const qsk_case *c, const qsk_results *ref, const qsk_re
 const char *qsk_cmp_text(const qsk_output *o, char *buf, size_t cap);
 /* [CASE-TIMING] The time r spent in the plugin's kernel slots, all of them. */
 double qsk_backend_seconds(const qsk_case_result *r);
-/* [CASE-TIMING] One line of r's times: "ID: 28.1 s; reference not run; backend 20.3 s in
- * 415 slot calls: gemm 240 x 5.102 s, ..." (slots that ran, longest first). */
 /* The monotonic clock, in seconds: every time the kit measures. */
 double qsk_now_seconds(void);
+/* [CASE-TIMING] One line of r's times: "ID: 28.1 s; reference not run; backend 20.3 s in
+ * 415 slot calls: gemm 240 x 5.102 s, ..." (slots that ran, longest first). */
 void qsk_timing_text(const qsk_case_result *r, char *buf, size_t cap);
 /* "pass", "fail" or "not_supported", as the JSON report writes a status. */
 const char *qsk_res_name(qsk_res_kind k);

@@ -10,7 +10,7 @@
  * or not); those codes leave through shared memory as 64-byte rows of x^T. 2-D tiles: the
  * 16x16 amax by shared atomics, the columnwise codes the rowwise nibbles transposed.
  *
- * The fast path's arithmetic comes in two builds with the same outputs (qc_nvfp4_arith):
+ * The fast path's arithmetic comes in three builds with the same outputs (qc_nvfp4_arith):
  * 0, the generic kernels' own functions (E2M1 by threshold compares, the transform in the
  * reference's order); 1, e2m1_rne_magic and rht16_butterfly; 2 (the default), e2m1_rne_magic
  * with the transform in the reference's order. On an H100 (2026-12-05, docs/perf.md) the
