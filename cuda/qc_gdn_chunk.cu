@@ -14,7 +14,9 @@
  * and convert operands as they load them (BF16, or the TF32 pair); the BF16-staged pair
  * wy_fast_kernel / state_fast_kernel below does the same work on BF16 tiles. The backward
  * (section "the backward" below) runs wy_kernel and state_kernel again, then dstate_kernel
- * (serial over the chunks in reverse) and grad_kernel (every chunk in parallel). */
+ * (serial over the chunks in reverse) and grad_kernel (every chunk in parallel); the
+ * BF16-staged backward (kGdnMmaBf16Smem, at the end) runs wy_fast_kernel and
+ * state_fast_kernel, then dstate_fast_kernel and grad_fast_kernel on BF16 tiles. */
 #include <cuda_bf16.h>
 #include <vector>
 
@@ -590,7 +592,8 @@ __device__ __forceinline__ void tile_rows(bool r64, int ldt, bf16 *t, int64_t nc
 
 __global__ void __launch_bounds__(kThreads)
     wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
-                   const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A)
+                   const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
+                   bf16 *Tout)
 {
     extern __shared__ __align__(16) unsigned char smb[];
     bf16 *Kh = reinterpret_cast<bf16 *>(smb), *Qh = reinterpret_cast<bf16 *>(smb + kTileH);
@@ -661,6 +664,8 @@ __global__ void __launch_bounds__(kThreads)
         st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, __fmul_rn(Bt[j], expf(G[j]))),
                 __fmul_rn(t1, __fmul_rn(Bt[j + 1], expf(G[j + 1]))));
         st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
+        if (Tout && i < nc) /* the backward keeps T, BF16 [hv][tokens][64] */
+            st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
     }
     __syncthreads();
     int mt = warp >> 1, n0 = (warp & 1) * 64;
@@ -739,7 +744,7 @@ struct state_fast_smem {
 __global__ void __launch_bounds__(kThreads)
     state_fast_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
                       const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
-                      float *ht)
+                      float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
 {
     extern __shared__ __align__(16) unsigned char smb[];
     state_fast_smem sm(smb);
@@ -754,9 +759,11 @@ __global__ void __launch_bounds__(kThreads)
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
         tile_rows(false, kLdH, sm.W(b), nc, W + row0 * kMaxD, kMaxD);
         tile_rows(false, kLdH, sm.K(b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        tile_rows(false, kLdH, sm.Q(b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        if (o)
+            tile_rows(false, kLdH, sm.Q(b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
         tile_rows(true, kLdH64, sm.U(b), nc, U + row0 * p.dv + cv, p.dv);
-        tile_rows(true, kLdH64, sm.A(b), nc, A + row0 * kC, kC);
+        if (o)
+            tile_rows(true, kLdH64, sm.A(b), nc, A + row0 * kC, kC);
         if (warp == 0)
             for (int i = lane; i < kC; i += 32)
                 cp_async4(sm.graw + b * kC + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
@@ -779,6 +786,14 @@ __global__ void __launch_bounds__(kThreads)
         if (c + 1 < nch)
             fetch(c + 1, b ^ 1);
         cp_commit();
+        if (hs) { /* the backward: the BF16 state before chunk c (the matmul operand) */
+            bf16 *dst = hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD;
+            for (int e = tid; e < kMaxD * (kBV / 8); e += kThreads) {
+                int r = e / (kBV / 8), c8 = 8 * (e % (kBV / 8));
+                *reinterpret_cast<uint4 *>(dst + r * kMaxD + cv + c8) =
+                    *reinterpret_cast<const uint4 *>(sm.Sh + r * kLdH64 + c8);
+            }
+        }
         cp_wait<1>();
         if (warp == 0) {
             __syncwarp();
@@ -796,16 +811,18 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         const bf16 *Wh = sm.W(b), *Kh = sm.K(b), *Qh = sm.Q(b), *Uh = sm.U(b), *Ah = sm.A(b);
         float cw[4][4] = {}, cq[4][4] = {};
-        for (int k0 = 0; k0 < kMaxD; k0 += 16) { /* W S and Q S */
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) { /* W S and Q S (W S only without o) */
             uint32_t aw[4], aq[4], b0[4], b1[4];
             frag_a_mk(aw, Wh, kLdH, 16 * mt, k0);
-            frag_a_mk(aq, Qh, kLdH, 16 * mt, k0);
             frag_b_kn(b0, sm.Sh, kLdH64, nb, k0);
             frag_b_kn(b1, sm.Sh, kLdH64, nb + 16, k0);
             mma2(cw[0], cw[1], aw, b0);
             mma2(cw[2], cw[3], aw, b1);
-            mma2(cq[0], cq[1], aq, b0);
-            mma2(cq[2], cq[3], aq, b1);
+            if (o) {
+                frag_a_mk(aq, Qh, kLdH, 16 * mt, k0);
+                mma2(cq[0], cq[1], aq, b0);
+                mma2(cq[2], cq[3], aq, b1);
+            }
         }
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) /* Vn = U - W S, and F . Vn */
@@ -817,30 +834,35 @@ __global__ void __launch_bounds__(kThreads)
                 float v0 = __fsub_rn(u.x, cw[nt][e]), v1 = __fsub_rn(u.y, cw[nt][e + 1]);
                 st_pair(sm.Vnh + i * kLdH64 + j, v0, v1);
                 st_pair(sm.Vn2h + i * kLdH64 + j, __fmul_rn(v0, sm.F[i]), __fmul_rn(v1, sm.F[i]));
+                if (vn && i < nc) /* the backward: Vn over U (this block's columns only) */
+                    st_pair(vn + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * p.dv + cv + j,
+                            v0, v1);
             }
         __syncthreads();
+        if (o) {
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) /* o = Eg . (Q S) + A Vn */
+            for (int nt = 0; nt < 4; nt++) /* o = Eg . (Q S) + A Vn */
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                cq[nt][e] = __fmul_rn(cq[nt][e], sm.Eg[16 * mt + acc_row(e)]);
-        for (int k0 = 0; k0 < kC; k0 += 16) {
-            uint32_t a[4], b0[4], b1[4];
-            frag_a_mk(a, Ah, kLdH64, 16 * mt, k0);
-            frag_b_kn(b0, sm.Vnh, kLdH64, nb, k0);
-            frag_b_kn(b1, sm.Vnh, kLdH64, nb + 16, k0);
-            mma2(cq[0], cq[1], a, b0);
-            mma2(cq[2], cq[3], a, b1);
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                int i = 16 * mt + acc_row(e), j = nb + acc_col(nt, e);
-                if (i < nc)
-                    st_pair(o + (static_cast<size_t>(tok0 + i) * p.hv + hvi) * p.dv + cv + j,
-                            cq[nt][e], cq[nt][e + 1]);
+                for (int e = 0; e < 4; e++)
+                    cq[nt][e] = __fmul_rn(cq[nt][e], sm.Eg[16 * mt + acc_row(e)]);
+            for (int k0 = 0; k0 < kC; k0 += 16) {
+                uint32_t a[4], b0[4], b1[4];
+                frag_a_mk(a, Ah, kLdH64, 16 * mt, k0);
+                frag_b_kn(b0, sm.Vnh, kLdH64, nb, k0);
+                frag_b_kn(b1, sm.Vnh, kLdH64, nb + 16, k0);
+                mma2(cq[0], cq[1], a, b0);
+                mma2(cq[2], cq[3], a, b1);
             }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    int i = 16 * mt + acc_row(e), j = nb + acc_col(nt, e);
+                    if (i < nc)
+                        st_pair(o + (static_cast<size_t>(tok0 + i) * p.hv + hvi) * p.dv + cv + j,
+                                cq[nt][e], cq[nt][e + 1]);
+                }
+        }
         { /* S = alast S + K^T (F . Vn), rows 16 warp .. + 16 */
             int r0 = 16 * warp;
             float al = *sm.alast, cs[8][4];
@@ -896,11 +918,11 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     if (plan.nchunks > 0)
         wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
-            p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A);
+            p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A, nullptr);
     if (p.nseq > 0)
         state_fast_kernel<<<dim3((unsigned)(p.dv / kBV), (unsigned)p.hv, (unsigned)p.nseq),
-                            kThreads, kStateFastSmem, st>>>(p, tq, tk, g, W, U, A, h0,
-                                                            static_cast<bf16 *>(o), ht);
+                            kThreads, kStateFastSmem, st>>>(
+            p, tq, tk, g, W, U, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0, nullptr, nullptr);
     return cudaGetLastError();
 }
 
@@ -1505,6 +1527,729 @@ cudaError_t launch_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, c
     return cudaGetLastError();
 }
 
+/* ---------------------------------------------------------------- the BF16-staged backward */
+/* kGdnMmaBf16Smem (dk = dv = 128, BF16 arrays): the backward of docs/gdn.md on BF16 tiles in
+ * shared memory read by ldmatrix, BF16 workspace and BF16 states.
+ *   wy_fast_kernel as in the forward, keeping T too (BF16 [hv][tokens][64]);
+ *   state_fast_kernel without o: the BF16 state before each chunk into hs, Vn over U;
+ *   dstate_fast_kernel, one block per (64 value columns, value head, sequence), serial over
+ *     the chunks in reverse, the FP32 state gradient and its BF16 copy in shared memory, the
+ *     tiles of the previous chunk fetched by cp.async while the current one is computed:
+ *     the BF16 dS' into dhs, dVn = diag(F) (K dS') + A^T dO into the workspace (BF16), dS =
+ *     e^{G_last} dS' + Q^T (scale e^G . dO) - W^T dVn; the last dS is dh0;
+ *   grad_fast_kernel, one block per (chunk, value head): every tile of the chunk (K, Q, V,
+ *     dO, Vn, dVn, A, T, S, dS') by cp.async, then the matmuls of step 3 with the row and
+ *     column sums spread over the block and dg as a warp scan. T and dVn come from the
+ *     workspace rather than being computed again.
+ * Workspace (BF16, inside the FP32 plan.ws): W, U (then Vn) [hv][tokens][128], A, T
+ * [hv][tokens][64], dVn [hv][tokens][128]; hs and dhs hold BF16 [hv][nchunks][128][128]. */
+
+/* The workspace of the BF16-staged backward, in BF16 elements per (value head, token). */
+constexpr int64_t kWsBwdFast = 2 * kMaxD + 2 * kC + kMaxD;
+
+constexpr size_t kDstateFastSmem = kStateFastSmem; /* the same layout, see dstate_fast_smem */
+
+/* The shared memory of dstate_fast_kernel: that of state_fast_kernel with dS for S, and the
+ * stage holding W, K, Q, A and dO (in U's place). */
+struct dstate_fast_smem {
+    float *dSf;                /* [128][kLdV] the FP32 state gradient */
+    bf16 *dSh;                 /* [128][kLdH64] its BF16 copy */
+    bf16 *dVh;                 /* [64][kLdH64] -dVn */
+    bf16 *dOe;                 /* [64][kLdH64] scale e^G . dO */
+    float *graw, *F, *Es, *al; /* graw [2][64] */
+    unsigned char *stage;
+    __device__ dstate_fast_smem(unsigned char *s)
+    {
+        dSf = reinterpret_cast<float *>(s);
+        s += kMaxD * kLdV * 4;
+        dSh = reinterpret_cast<bf16 *>(s);
+        s += kMaxD * kLdH64 * 2;
+        stage = s;
+        s += 2 * kStageBytes;
+        dVh = reinterpret_cast<bf16 *>(s);
+        dOe = reinterpret_cast<bf16 *>(s + kTileH64);
+        s += 2 * kTileH64;
+        graw = reinterpret_cast<float *>(s);
+        F = graw + 2 * kC;
+        Es = F + kC;
+        al = Es + 2 * kC;
+    }
+    __device__ bf16 *W(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes);
+    }
+    __device__ bf16 *K(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + kTileH);
+    }
+    __device__ bf16 *Q(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 2 * kTileH);
+    }
+    __device__ bf16 *dO(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 3 * kTileH);
+    }
+    __device__ bf16 *A(int b) const
+    {
+        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 3 * kTileH + kTileH64);
+    }
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    dstate_fast_kernel(gdn_chunk_problem p, const int32_t *chunk0, int64_t nchunks, const bf16 *q,
+                       const bf16 *k, const bf16 *dout, const float *gate, const bf16 *W,
+                       const bf16 *A, const float *dht, bf16 *dhs, bf16 *dVn, float *dh0)
+{
+    extern __shared__ __align__(16) unsigned char smb[];
+    dstate_fast_smem sm(smb);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
+    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
+    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
+    int64_t cv = vb * kBV, nch = (len + kC - 1) / kC;
+    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
+    auto fetch = [&](int64_t c, int b) {
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        tile_rows(false, kLdH, sm.W(b), nc, W + row0 * kMaxD, kMaxD);
+        tile_rows(false, kLdH, sm.K(b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        tile_rows(false, kLdH, sm.Q(b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        tile_rows(true, kLdH64, sm.dO(b), nc, dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
+        tile_rows(true, kLdH64, sm.A(b), nc, A + row0 * kC, kC);
+        if (warp == 0)
+            for (int i = lane; i < kC; i += 32)
+                cp_async4(sm.graw + b * kC + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
+                          i < nc);
+    };
+    for (int e = tid; e < kMaxD * kBV; e += kThreads) {
+        int r = e / kBV, c = e % kBV;
+        float s = dht ? dht[sbase + static_cast<size_t>(r) * p.dv + cv + c] : 0.0f;
+        sm.dSf[r * kLdV + c] = s;
+        sm.dSh[r * kLdH64 + c] = __float2bfloat16_rn(s);
+    }
+    if (nch > 0)
+        fetch(nch - 1, 0);
+    cp_commit();
+    int mt = warp >> 1, nb = (warp & 1) * 32;
+    for (int64_t it = 0; it < nch; it++) {
+        int64_t c = nch - 1 - it;
+        int b = static_cast<int>(it & 1);
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        __syncthreads();
+        if (c > 0)
+            fetch(c - 1, b ^ 1);
+        cp_commit();
+        { /* dS' of chunk c, BF16 (the operand grad_fast_kernel uses) */
+            bf16 *dst = dhs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD;
+            for (int e = tid; e < kMaxD * (kBV / 8); e += kThreads) {
+                int r = e / (kBV / 8), c8 = 8 * (e % (kBV / 8));
+                *reinterpret_cast<uint4 *>(dst + r * kMaxD + cv + c8) =
+                    *reinterpret_cast<const uint4 *>(sm.dSh + r * kLdH64 + c8);
+            }
+        }
+        cp_wait<1>();
+        if (warp == 0) {
+            __syncwarp();
+            float x0 = sm.graw[b * kC + lane], x1 = sm.graw[b * kC + lane + 32];
+            warp_cumsum64(x0, x1);
+            float gl = __shfl_sync(0xffffffffu, x1, 31);
+            sm.F[lane] = expf(__fsub_rn(gl, x0));
+            sm.F[lane + 32] = expf(__fsub_rn(gl, x1));
+            sm.Es[lane] = __fmul_rn(p.scale, expf(x0));
+            sm.Es[lane + 32] = __fmul_rn(p.scale, expf(x1));
+            if (lane == 0)
+                *sm.al = expf(gl);
+        }
+        __syncthreads();
+        const bf16 *Wh = sm.W(b), *Kh = sm.K(b), *Qh = sm.Q(b), *dOh = sm.dO(b), *Ah = sm.A(b);
+        { /* dVn = diag(F) (K dS') + A^T dO, rows 16 mt, columns nb .. nb + 32 */
+            float cv4[4][4] = {};
+            for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+                uint32_t a[4], b0[4], b1[4];
+                frag_a_mk(a, Kh, kLdH, 16 * mt, k0);
+                frag_b_kn(b0, sm.dSh, kLdH64, nb, k0);
+                frag_b_kn(b1, sm.dSh, kLdH64, nb + 16, k0);
+                mma2(cv4[0], cv4[1], a, b0);
+                mma2(cv4[2], cv4[3], a, b1);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    cv4[nt][e] = __fmul_rn(cv4[nt][e], sm.F[16 * mt + acc_row(e)]);
+            for (int k0 = 0; k0 < kC; k0 += 16) {
+                uint32_t a[4], b0[4], b1[4];
+                frag_a_km(a, Ah, kLdH64, 16 * mt, k0);
+                frag_b_kn(b0, dOh, kLdH64, nb, k0);
+                frag_b_kn(b1, dOh, kLdH64, nb + 16, k0);
+                mma2(cv4[0], cv4[1], a, b0);
+                mma2(cv4[2], cv4[3], a, b1);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    int i = 16 * mt + acc_row(e), j = nb + acc_col(nt, e);
+                    st_pair(sm.dVh + i * kLdH64 + j, -cv4[nt][e], -cv4[nt][e + 1]);
+                    if (i < nc)
+                        st_pair(dVn + (row0 + i) * p.dv + cv + j, cv4[nt][e], cv4[nt][e + 1]);
+                }
+        }
+        for (int e = tid; e < kC * (kBV / 2); e += kThreads) { /* dOe = Es . dO */
+            int i = e / (kBV / 2), j = 2 * (e % (kBV / 2));
+            float2 d =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(dOh + i * kLdH64 + j));
+            st_pair(sm.dOe + i * kLdH64 + j, __fmul_rn(d.x, sm.Es[i]), __fmul_rn(d.y, sm.Es[i]));
+        }
+        __syncthreads();
+        { /* dS = al dS' + Q^T dOe + W^T (-dVn), rows 16 warp .. + 16, all 64 columns */
+            int r0 = 16 * warp;
+            float al = *sm.al, cs[8][4];
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    cs[nt][e] = __fmul_rn(sm.dSf[(r0 + acc_row(e)) * kLdV + acc_col(nt, e)], al);
+            for (int k0 = 0; k0 < kC; k0 += 16) {
+                uint32_t aq[4], aw[4];
+                frag_a_km(aq, Qh, kLdH, r0, k0);
+                frag_a_km(aw, Wh, kLdH, r0, k0);
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    uint32_t bo[4], bv[4];
+                    frag_b_kn(bo, sm.dOe, kLdH64, 16 * np, k0);
+                    frag_b_kn(bv, sm.dVh, kLdH64, 16 * np, k0);
+                    mma2(cs[2 * np], cs[2 * np + 1], aq, bo);
+                    mma2(cs[2 * np], cs[2 * np + 1], aw, bv);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    int r = r0 + acc_row(e), j = acc_col(nt, e);
+                    sm.dSf[r * kLdV + j] = cs[nt][e];
+                    sm.dSf[r * kLdV + j + 1] = cs[nt][e + 1];
+                    st_pair(sm.dSh + r * kLdH64 + j, cs[nt][e], cs[nt][e + 1]);
+                }
+        }
+    }
+    cp_wait<0>();
+    __syncthreads();
+    if (dh0)
+        for (int e = tid; e < kMaxD * kBV; e += kThreads) {
+            int r = e / kBV, c = e % kBV;
+            dh0[sbase + static_cast<size_t>(r) * p.dv + cv + c] = sm.dSf[r * kLdV + c];
+        }
+}
+
+constexpr int kTileS = kMaxD * kLdH * 2; /* bytes of a BF16 [128][kLdH] state tile */
+/* grad_fast_kernel's vectors (floats): G, Bt, Ex, F [64]; rv, rq, rk, ry [2][64]; gk [64];
+ * rowL, rowM, colM, colN, dG [64]; red [8] */
+constexpr int kGradFastVec = 4 * kC + 4 * 2 * kC + kC + 5 * kC + 16;
+constexpr size_t kGradFastSmem = 7 * static_cast<size_t>(kTileH) + 2 * static_cast<size_t>(kTileS) +
+                                 2 * static_cast<size_t>(kTileH64) + kGradFastVec * sizeof(float);
+static_assert(3 * kTileF <= 2 * kTileS, "dA, dT and Lg (FP32) fit in the state tiles");
+static_assert(4 * kTileH64 <= 4 * kTileH, "dT, P, dAs and Bl (BF16) fit in V, dO, Vn, dVn");
+static_assert(kGradFastSmem <= 227 * 1024, "grad_fast_kernel's shared memory");
+static_assert(kDstateFastSmem <= 227 * 1024, "dstate_fast_kernel's shared memory");
+static_assert(kThreads == 4 * kC, "grad_fast_kernel's row sums: a quad of threads a row");
+
+/* The shared memory of grad_fast_kernel: K, Q, V, dO, Vn, dVn [64][kLdH]; S, dS' [128][kLdH];
+ * dW [64][kLdH]; A, T [64][kLdH64] (all BF16); vectors. After the sums over the value
+ * columns, S and dS' hold dA, dT (then dL) and Lg in FP32 [64][kLdC], and after dv, dA and dT,
+ * V .. dVn hold dT, P, dAs and Bl + Bl^T in BF16 [64][kLdH64]. */
+struct grad_fast_smem {
+    bf16 *Kh, *Qh, *Vh, *dOh, *Vnh, *dVh, *Sh, *dSh, *dWh, *Ah, *Th;
+    float *dAf, *dTf, *Lgf;
+    bf16 *dTh, *Ph, *dAsh, *Blh;
+    float *G, *Bt, *Ex, *F, *rv, *rq, *rk, *ry, *gk, *rowL, *rowM, *colM, *colN, *dG, *red;
+    __device__ grad_fast_smem(unsigned char *s)
+    {
+        auto h = [&](size_t off) { return reinterpret_cast<bf16 *>(s + off); };
+        Kh = h(0);
+        Qh = h(kTileH);
+        Vh = h(2 * kTileH);
+        dOh = h(3 * kTileH);
+        Vnh = h(4 * kTileH);
+        dVh = h(5 * kTileH);
+        Sh = h(6 * kTileH);
+        dSh = h(6 * kTileH + kTileS);
+        dWh = h(6 * kTileH + 2 * kTileS);
+        Ah = h(7 * kTileH + 2 * kTileS);
+        Th = h(7 * kTileH + 2 * kTileS + kTileH64);
+        dAf = reinterpret_cast<float *>(Sh);
+        dTf = dAf + kC * kLdC;
+        Lgf = dTf + kC * kLdC;
+        dTh = Vh;
+        Ph = h(2 * kTileH + kTileH64);
+        dAsh = h(2 * kTileH + 2 * kTileH64);
+        Blh = h(2 * kTileH + 3 * kTileH64);
+        G = reinterpret_cast<float *>(s + 7 * kTileH + 2 * kTileS + 2 * kTileH64);
+        Bt = G + kC;
+        Ex = Bt + kC;
+        F = Ex + kC;
+        rv = F + kC; /* [2][64]: per half of the warps */
+        rq = rv + 2 * kC;
+        rk = rq + 2 * kC;
+        ry = rk + 2 * kC;
+        gk = ry + 2 * kC;
+        rowL = gk + kC;
+        rowM = rowL + kC;
+        colM = rowM + kC;
+        colN = colM + kC;
+        dG = colN + kC;
+        red = dG + kC; /* [8] */
+    }
+};
+
+/* The row sums of a [64][128] accumulator strip (rows 16 mt, columns n0 .. n0 + 64 of this
+ * warp) times the BF16 tile X [64][kLdH], reduced over the quad, into out[half * 64 + row]. */
+__device__ __forceinline__ void strip_rowdot_h(const float (&c)[8][4], const bf16 *X, float *out)
+{
+    int warp = threadIdx.x >> 5, mt = warp >> 1, n0 = (warp & 1) * 64;
+    float r[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+            int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+            float2 x =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(X + i * kLdH + d));
+            r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e], x.x));
+            r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e + 1], x.y));
+        }
+    r[0] = quad_sum(r[0]);
+    r[1] = quad_sum(r[1]);
+    if ((threadIdx.x & 3) == 0) {
+        out[(warp & 1) * kC + 16 * mt + acc_row(0)] = r[0];
+        out[(warp & 1) * kC + 16 * mt + acc_row(2)] = r[1];
+    }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    grad_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, int64_t nchunks, const bf16 *q,
+                     const bf16 *k, const bf16 *v, const bf16 *dout, const float *gate,
+                     const float *beta, const bf16 *Vn, const bf16 *A, const bf16 *Tw,
+                     const bf16 *dVn, const bf16 *hs, const bf16 *dhs, float *dq_hv, float *dk_hv,
+                     bf16 *dv, float *dg, float *dbeta)
+{
+    extern __shared__ __align__(16) unsigned char smb[];
+    grad_fast_smem s(smb);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mt = warp >> 1;
+    int half = warp & 1, n0 = 64 * half, n1 = 32 * half;
+    int64_t ci = blockIdx.x, hvi = blockIdx.y;
+    int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
+    size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+    size_t c0 = (static_cast<size_t>(hvi) * nchunks + ci) * kMaxD * kMaxD;
+    /* group 0: the chunk's rows; group 1: S and dS' */
+    tile_rows(false, kLdH, s.Kh, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    tile_rows(false, kLdH, s.Qh, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    tile_rows(false, kLdH, s.Vh, nc, v + (tok0 * p.hv + hvi) * kMaxD, p.hv * kMaxD);
+    tile_rows(false, kLdH, s.dOh, nc, dout + (tok0 * p.hv + hvi) * kMaxD, p.hv * kMaxD);
+    tile_rows(false, kLdH, s.Vnh, nc, Vn + row0 * kMaxD, kMaxD);
+    tile_rows(false, kLdH, s.dVh, nc, dVn + row0 * kMaxD, kMaxD);
+    tile_rows(true, kLdH64, s.Ah, nc, A + row0 * kC, kC);
+    tile_rows(true, kLdH64, s.Th, nc, Tw + row0 * kC, kC);
+    cp_commit();
+    for (int e = tid; e < kMaxD * 16; e += kThreads) {
+        int r = e >> 4, c8 = 8 * (e & 15);
+        cp_async16(s.Sh + r * kLdH + c8, hs + c0 + r * kMaxD + c8, true);
+        cp_async16(s.dSh + r * kLdH + c8, dhs + c0 + r * kMaxD + c8, true);
+    }
+    cp_commit();
+    if (warp == 0) {
+        float x0 = lane < nc ? gate[(tok0 + lane) * p.hv + hvi] : 0.0f;
+        float x1 = lane + 32 < nc ? gate[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+        s.Bt[lane] = lane < nc ? beta[(tok0 + lane) * p.hv + hvi] : 0.0f;
+        s.Bt[lane + 32] = lane + 32 < nc ? beta[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+        warp_cumsum64(x0, x1);
+        float gl = __shfl_sync(0xffffffffu, x1, 31);
+        s.G[lane] = x0;
+        s.G[lane + 32] = x1;
+        s.Ex[lane] = expf(x0);
+        s.Ex[lane + 32] = expf(x1);
+        s.F[lane] = expf(__fsub_rn(gl, x0));
+        s.F[lane + 32] = expf(__fsub_rn(gl, x1));
+    }
+    cp_wait<1>();
+    __syncthreads();
+    { /* dv = diag(beta) T^T dVn, and rows(T^T dVn . V) for dbeta */
+        float c[8][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_km(a, s.Th, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t b[4];
+                frag_b_kn(b, s.dVh, kLdH, n0 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+        float r[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+                float2 x = __bfloat1622float2(
+                    *reinterpret_cast<const __nv_bfloat162 *>(s.Vh + i * kLdH + d));
+                r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e], x.x));
+                r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e + 1], x.y));
+                if (i < nc)
+                    st_pair(dv + (static_cast<size_t>(tok0 + i) * p.hv + hvi) * kMaxD + d,
+                            __fmul_rn(s.Bt[i], c[nt][e]), __fmul_rn(s.Bt[i], c[nt][e + 1]));
+            }
+        r[0] = quad_sum(r[0]);
+        r[1] = quad_sum(r[1]);
+        if ((lane & 3) == 0) {
+            s.rv[half * kC + 16 * mt + acc_row(0)] = r[0];
+            s.rv[half * kC + 16 * mt + acc_row(2)] = r[1];
+        }
+    }
+    cp_wait<0>();
+    __syncthreads();
+    /* the sums over the value columns: dQ = dO S^T, dK = Vn dS'^T (kept to the end), dW =
+     * -dVn S^T (to shared memory, BF16: only an operand); sum(S . dS') */
+    float cQ[8][4] = {}, cK[8][4] = {};
+    {
+        float cW[8][4] = {};
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+            uint32_t ao[4], av[4], ad[4];
+            frag_a_mk(ao, s.dOh, kLdH, 16 * mt, k0);
+            frag_a_mk(av, s.Vnh, kLdH, 16 * mt, k0);
+            frag_a_mk(ad, s.dVh, kLdH, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t bs[4], bd[4];
+                frag_b_nk(bs, s.Sh, kLdH, n0 + 16 * np, k0);
+                frag_b_nk(bd, s.dSh, kLdH, n0 + 16 * np, k0);
+                mma2(cQ[2 * np], cQ[2 * np + 1], ao, bs);
+                mma2(cW[2 * np], cW[2 * np + 1], ad, bs);
+                mma2(cK[2 * np], cK[2 * np + 1], av, bd);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+                st_pair(s.dWh + i * kLdH + d, -cW[nt][e], -cW[nt][e + 1]);
+            }
+    }
+    {
+        float sd = 0.0f;
+        for (int e = tid; e < kMaxD * (kMaxD / 2); e += kThreads) {
+            int r = e / (kMaxD / 2), c = 2 * (e % (kMaxD / 2));
+            float2 x =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(s.Sh + r * kLdH + c));
+            float2 y =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(s.dSh + r * kLdH + c));
+            sd = __fadd_rn(sd, __fmul_rn(x.x, y.x));
+            sd = __fadd_rn(sd, __fmul_rn(x.y, y.y));
+        }
+        for (int off = 16; off > 0; off >>= 1)
+            sd = __fadd_rn(sd, __shfl_xor_sync(0xffffffffu, sd, off));
+        if (lane == 0)
+            s.red[warp] = sd;
+    }
+    /* dQ = scale E . (dO S^T), dK = F . (Vn dS'^T); their rows dotted with q and k */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = 16 * mt + acc_row(e);
+            cQ[nt][e] = __fmul_rn(cQ[nt][e], __fmul_rn(p.scale, s.Ex[i]));
+            cK[nt][e] = __fmul_rn(cK[nt][e], s.F[i]);
+        }
+    strip_rowdot_h(cQ, s.Qh, s.rq);
+    strip_rowdot_h(cK, s.Kh, s.rk);
+    /* S and dS' are free */
+    __syncthreads();
+    { /* dA = lower(dO Vn^T), dT = dVn (diag(beta) V)^T, Lg = strictlower(K K^T . Gamma) */
+        float cA[4][4] = {}, cT[4][4] = {}, cL[4][4] = {};
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+            uint32_t ao[4], ad[4], ak[4];
+            frag_a_mk(ao, s.dOh, kLdH, 16 * mt, k0);
+            frag_a_mk(ad, s.dVh, kLdH, 16 * mt, k0);
+            frag_a_mk(ak, s.Kh, kLdH, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t bn[4], bv[4], bk[4];
+                frag_b_nk(bn, s.Vnh, kLdH, n1 + 16 * np, k0);
+                frag_b_nk(bv, s.Vh, kLdH, n1 + 16 * np, k0);
+                frag_b_nk(bk, s.Kh, kLdH, n1 + 16 * np, k0);
+                mma2(cA[2 * np], cA[2 * np + 1], ao, bn);
+                mma2(cT[2 * np], cT[2 * np + 1], ad, bv);
+                mma2(cL[2 * np], cL[2 * np + 1], ak, bk);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                s.dAf[i * kLdC + j] = i >= j ? cA[nt][e] : 0.0f;
+                s.dTf[i * kLdC + j] = __fmul_rn(s.Bt[j], cT[nt][e]);
+                s.Lgf[i * kLdC + j] =
+                    i > j ? __fmul_rn(cL[nt][e], expf(__fsub_rn(s.G[i], s.G[j]))) : 0.0f;
+            }
+    }
+    /* V, dO, Vn and dVn are free */
+    __syncthreads();
+    { /* dT += dW (diag(beta E) K)^T, strictly lower, to BF16 */
+        float c[4][4] = {};
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+            uint32_t a[4];
+            frag_a_mk(a, s.dWh, kLdH, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                frag_b_nk(b, s.Kh, kLdH, n1 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                float x[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    x[h] = i > j + h ? __fadd_rn(s.dTf[i * kLdC + j + h],
+                                                 __fmul_rn(__fmul_rn(s.Bt[j + h], s.Ex[j + h]),
+                                                           c[nt][e + h]))
+                                     : 0.0f;
+                st_pair(s.dTh + i * kLdH64 + j, x[0], x[1]);
+            }
+    }
+    { /* Y = T^T dW: rows(Y . K) for dbeta and dG, dK += diag(beta E) Y */
+        float cY[8][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_km(a, s.Th, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t b[4];
+                frag_b_kn(b, s.dWh, kLdH, n0 + 16 * np, k0);
+                mma2(cY[2 * np], cY[2 * np + 1], a, b);
+            }
+        }
+        strip_rowdot_h(cY, s.Kh, s.ry);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e);
+                cK[nt][e] = __fadd_rn(cK[nt][e], __fmul_rn(__fmul_rn(s.Bt[i], s.Ex[i]), cY[nt][e]));
+            }
+    }
+    __syncthreads();
+    { /* P = T^T dT, BF16 */
+        float c[4][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_km(a, s.Th, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                frag_b_kn(b, s.dTh, kLdH64, n1 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                st_pair(s.Ph + i * kLdH64 + j, c[nt][e], c[nt][e + 1]);
+            }
+    }
+    __syncthreads();
+    { /* dL = -(P T^T), strictly lower, FP32 over dT */
+        float c[4][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_mk(a, s.Ph, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                frag_b_nk(b, s.Th, kLdH64, n1 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                s.dTf[i * kLdC + j] = i > j ? -c[nt][e] : 0.0f;
+            }
+    }
+    __syncthreads();
+    const float *dLf = s.dTf;
+    { /* row r (and column r) by a quad, 16 elements a thread: rows and columns of dL . Lg and
+       * dA . A */
+        int r = tid >> 2, j0 = 16 * (tid & 3);
+        float l = 0.0f, m = 0.0f, cn = 0.0f, cm = 0.0f;
+        for (int j = j0; j < j0 + 16; j++) {
+            l = __fadd_rn(l, __fmul_rn(dLf[r * kLdC + j], s.Lgf[r * kLdC + j]));
+            m = __fadd_rn(m,
+                          __fmul_rn(s.dAf[r * kLdC + j], __bfloat162float(s.Ah[r * kLdH64 + j])));
+            cn = __fadd_rn(cn,
+                           __fmul_rn(s.Bt[j], __fmul_rn(dLf[j * kLdC + r], s.Lgf[j * kLdC + r])));
+            cm = __fadd_rn(cm,
+                           __fmul_rn(s.dAf[j * kLdC + r], __bfloat162float(s.Ah[j * kLdH64 + r])));
+        }
+        l = quad_sum(l);
+        m = quad_sum(m);
+        cn = quad_sum(cn);
+        cm = quad_sum(cm);
+        if ((tid & 3) == 0) {
+            s.rowL[r] = l;
+            s.rowM[r] = m;
+            s.colN[r] = cn;
+            s.colM[r] = cm;
+        }
+    }
+    /* dAs = scale dA . Gamma; Bl + Bl^T (Bl = dL . diag(beta) Gamma); BF16 */
+    for (int e = tid; e < kC * kC; e += kThreads) {
+        int i = e / kC, j = e % kC;
+        float gij = i >= j ? expf(__fsub_rn(s.G[i], s.G[j])) : 0.0f;
+        float gji = j >= i ? expf(__fsub_rn(s.G[j], s.G[i])) : 0.0f;
+        s.dAsh[i * kLdH64 + j] =
+            __float2bfloat16_rn(__fmul_rn(__fmul_rn(p.scale, s.dAf[i * kLdC + j]), gij));
+        s.Blh[i * kLdH64 + j] =
+            __float2bfloat16_rn(__fadd_rn(__fmul_rn(__fmul_rn(dLf[i * kLdC + j], s.Bt[i]), gij),
+                                          __fmul_rn(__fmul_rn(dLf[j * kLdC + i], s.Bt[j]), gji)));
+    }
+    __syncthreads();
+    { /* dq̂ = dQ + dAs K; dk̂ = dK + dAs^T Q + (Bl + Bl^T) K */
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t ad[4], at[4], ab[4];
+            frag_a_mk(ad, s.dAsh, kLdH64, 16 * mt, k0);
+            frag_a_km(at, s.dAsh, kLdH64, 16 * mt, k0);
+            frag_a_mk(ab, s.Blh, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t bk[4], bq[4];
+                frag_b_kn(bk, s.Kh, kLdH, n0 + 16 * np, k0);
+                frag_b_kn(bq, s.Qh, kLdH, n0 + 16 * np, k0);
+                mma2(cQ[2 * np], cQ[2 * np + 1], ad, bk);
+                mma2(cK[2 * np], cK[2 * np + 1], at, bq);
+                mma2(cK[2 * np], cK[2 * np + 1], ab, bk);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+                if (i < nc) {
+                    size_t off = (static_cast<size_t>(tok0 + i) * p.hv + hvi) * kMaxD + d;
+                    *reinterpret_cast<float2 *>(dq_hv + off) =
+                        make_float2(cQ[nt][e], cQ[nt][e + 1]);
+                    *reinterpret_cast<float2 *>(dk_hv + off) =
+                        make_float2(cK[nt][e], cK[nt][e + 1]);
+                }
+            }
+    }
+    if (tid < kC) { /* dbeta and dG of row i */
+        int i = tid;
+        float ywk = __fadd_rn(s.ry[i], s.ry[kC + i]);
+        float gq = __fadd_rn(s.rq[i], s.rq[kC + i]), gk = __fadd_rn(s.rk[i], s.rk[kC + i]);
+        float dbv = __fadd_rn(s.rv[i], s.rv[kC + i]);
+        float be = __fmul_rn(s.Bt[i], s.Ex[i]);
+        float db = __fadd_rn(__fadd_rn(dbv, __fmul_rn(s.Ex[i], ywk)), s.rowL[i]);
+        float x = __fsub_rn(gq, gk);
+        x = __fadd_rn(x, __fmul_rn(be, ywk));
+        x = __fadd_rn(x, __fsub_rn(s.rowM[i], s.colM[i]));
+        x = __fadd_rn(x, __fsub_rn(__fmul_rn(s.Bt[i], s.rowL[i]), s.colN[i]));
+        s.dG[i] = x;
+        s.gk[i] = gk;
+        if (i < nc)
+            dbeta[(tok0 + i) * p.hv + hvi] = db;
+    }
+    __syncthreads();
+    if (warp == 0) { /* the last row's terms, then dg = the reverse cumulative sum of dG */
+        float gsum = __fadd_rn(s.gk[lane], s.gk[lane + 32]);
+        for (int off = 16; off > 0; off >>= 1)
+            gsum = __fadd_rn(gsum, __shfl_xor_sync(0xffffffffu, gsum, off));
+        float sd = 0.0f;
+        for (int w = 0; w < kThreads / 32; w++)
+            sd = __fadd_rn(sd, s.red[w]);
+        float x0 = s.dG[lane], x1 = s.dG[lane + 32];
+        if (lane == 31)
+            x1 = __fadd_rn(x1, __fadd_rn(gsum, __fmul_rn(s.Ex[kC - 1], sd)));
+        for (int off = 1; off < 32; off <<= 1) {
+            float y0 = __shfl_down_sync(0xffffffffu, x0, off);
+            float y1 = __shfl_down_sync(0xffffffffu, x1, off);
+            if (lane + off < 32) {
+                x0 = __fadd_rn(x0, y0);
+                x1 = __fadd_rn(x1, y1);
+            }
+        }
+        x0 = __fadd_rn(x0, __shfl_sync(0xffffffffu, x1, 0));
+        if (lane < nc)
+            dg[(tok0 + lane) * p.hv + hvi] = x0;
+        if (lane + 32 < nc)
+            dg[(tok0 + lane + 32) * p.hv + hvi] = x1;
+    }
+}
+
+cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
+                            const void *k, const void *v, const float *g, const float *beta,
+                            const float *h0, const void *dout, const float *dht, void *dq, void *dk,
+                            void *dv, float *dg, float *dbeta, float *dh0, cudaStream_t st)
+{
+    if (plan.ws_floats * 2 < static_cast<size_t>(p.hv) * p.tokens * kWsBwdFast)
+        return cudaErrorInvalidValue;
+    cudaError_t err = cudaFuncSetAttribute(
+        wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(state_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)kStateFastSmem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(dstate_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)kDstateFastSmem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(grad_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)kGradFastSmem);
+    if (err != cudaSuccess)
+        return err;
+    size_t rows = static_cast<size_t>(p.hv) * p.tokens;
+    bf16 *W = reinterpret_cast<bf16 *>(plan.ws), *U = W + rows * kMaxD, *A = U + rows * kMaxD;
+    bf16 *Tw = A + rows * kC, *dVn = Tw + rows * kC;
+    bf16 *hs = reinterpret_cast<bf16 *>(plan.hs), *dhs = reinterpret_cast<bf16 *>(plan.dhs);
+    float *dq_hv = plan.dqk, *dk_hv = dq_hv + static_cast<size_t>(p.tokens) * p.hv * p.dk;
+    const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
+    const bf16 *tv = static_cast<const bf16 *>(v), *tdo = static_cast<const bf16 *>(dout);
+    dim3 cols((unsigned)(p.dv / kBV), (unsigned)p.hv, (unsigned)p.nseq);
+    if (plan.nchunks > 0) {
+        wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
+            p, plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
+        state_fast_kernel<<<cols, kThreads, kStateFastSmem, st>>>(
+            p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0, plan.nchunks, hs, U);
+    }
+    if (p.nseq > 0)
+        dstate_fast_kernel<<<cols, kThreads, kDstateFastSmem, st>>>(
+            p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W, A, dht, dhs, dVn, dh0);
+    if (plan.nchunks > 0)
+        grad_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kGradFastSmem,
+                           st>>>(p, plan.chunks, plan.nchunks, tq, tk, tv, tdo, g, beta, U, A, Tw,
+                                 dVn, hs, dhs, dq_hv, dk_hv, static_cast<bf16 *>(dv), dg, dbeta);
+    int64_t nqk = p.tokens * p.h * p.dk;
+    if (dq && dk && nqk > 0) {
+        unsigned nb = (unsigned)((nqk + 255) / 256);
+        qk_sum_kernel<bf16><<<nb, 256, 0, st>>>(p, dq_hv, static_cast<bf16 *>(dq));
+        qk_sum_kernel<bf16><<<nb, 256, 0, st>>>(p, dk_hv, static_cast<bf16 *>(dk));
+    }
+    return cudaGetLastError();
+}
+
 } // namespace
 
 bool gdn_chunk_fits(int64_t dk, int64_t dv)
@@ -1594,10 +2339,15 @@ cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
                           void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
                           cudaStream_t st)
 {
-    if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0 || plan.hs == nullptr ||
-        (mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3))
+    if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0 || plan.hs == nullptr)
         return cudaErrorInvalidValue;
-    typedef __nv_bfloat16 bf16;
+    if (mma == kGdnMmaBf16Smem)
+        return p.dk == kMaxD && p.dv == kMaxD && io == kGdnIoBf16
+                   ? launch_bwd_fast(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg,
+                                     dbeta, dh0, st)
+                   : cudaErrorInvalidValue;
+    if (mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3)
+        return cudaErrorInvalidValue;
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
         return launch_bwd<kGdnMmaBf16, bf16, bf16>(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk,
                                                    dv, dg, dbeta, dh0, st);

@@ -19,7 +19,8 @@ namespace qc
 enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2 };
 /* kGdnMmaBf16Smem: BF16 operands as kGdnMmaBf16, staged in BF16 (shared memory tiles read by
  * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = dv = 128,
- * kGdnIoBf16 only. */
+ * kGdnIoBf16 only. Its backward keeps T and dVn in the workspace too, and the states before
+ * and the state gradients after each chunk (plan.hs, plan.dhs) in BF16. */
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
 enum gdn_chunk_io { kGdnIoF32 = 0, kGdnIoBf16 = 1 };
@@ -70,7 +71,8 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
  * before any l2norm backward, which the caller applies), dv [tokens, hv, dv], dg, dbeta
  * [tokens, hv] and dh0 [nseq, hv, dk, dv] (NULL: not wanted). dq and dk may both be NULL:
  * then only plan.dqk holds them, per value head. Values of the io type are rounded to out_dt
- * (kGdnIoF32) or BF16. kGdnMmaTf32x3 or kGdnMmaBf16 only. Asynchronous on stream st. */
+ * (kGdnIoF32) or BF16. kGdnMmaTf32x3, kGdnMmaBf16, or kGdnMmaBf16Smem (dk = dv = 128 and
+ * kGdnIoBf16 only, else cudaErrorInvalidValue). Asynchronous on stream st. */
 cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int mma, int io,
                           const void *q, const void *k, const void *v, const float *g,
                           const float *beta, const float *h0, const void *dout, const float *dht,
