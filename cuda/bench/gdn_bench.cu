@@ -7,8 +7,9 @@
  *    initial state and head dims 128, 64/96 and 8/6; and the workspace (W, U and the
  *    masked Q K^T of every chunk) against a float64 evaluation of [GDN-CHUNK] on the host.
  *    Then the chunked backward (gdn_chunk_bwd: TF32x3 and BF16 operands on FP32 arrays,
- *    TF32x3 on BF16 arrays) against qs_gdn_bwd ([GDN-BWD]) on the same problems with h0,
- *    dht and some gates at -30: relative RMS of dq, dk, dv, dg, dbeta and dh0.
+ *    TF32x3 on BF16 arrays, and the BF16-staged backward on BF16 arrays where dk = dv = 128)
+ *    against qs_gdn_bwd ([GDN-BWD]) on the same problems with h0, dht and some gates at -30:
+ *    relative RMS of dq, dk, dv, dg, dbeta and dh0.
  * 2. Timing of the shapes of the GDN speed goals (bf16 q, k, v, o; dk = dv = 128, 16 q/k
  *    heads; 64 value heads x 1 x 32768 and x 4 x 8192 tokens, 32 value heads x 8 x 1024):
  *    CUDA events, 3 warm-up calls, the median of 15. The FLOP count is that of the chunked
@@ -17,10 +18,12 @@
  *    backward 18 dk dv + C (18 dk + 12 dv) + 4 C^2 (bwd_flop below lists the matmuls).
  * 3. Accuracy on those shapes: forward, relative RMS ||x - x_ref||_2 / ||x_ref||_2 of o and
  *    of the final state against an FP32 token-by-token recurrence computed on the GPU;
- *    backward, the BF16-operand path's gradients against the TF32x3 path's.
+ *    backward, the BF16-operand paths' gradients (chunk-bf16, chunk-bf16-smem) against the
+ *    TF32x3 path's.
  * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
  * / 16, beta = sigmoid(N(0,1)), v, dout ~ N(0,1), no initial state or dht in the timed runs.
- * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile];
+ * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile]
+ * (--skip-smem leaves out the BF16-staged forward and backward);
  * --fwd-only and --bwd-only time one direction (every check still runs); --profile times
  * only 64 value heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1
  * when a check fails. */
@@ -378,8 +381,10 @@ std::vector<float> host_copy(const void *d, size_t n, bool bf)
 
 /* gdn_chunk_bwd against qs_gdn_bwd (dtype FP32, BF16 values, no l2norm: the slot applies the
  * l2norm backward on top, cuda/attn_check covers that) with h0 and dht, on each path:
- * TF32x3 and BF16 operands with FP32 arrays, and TF32x3 with BF16 arrays (dq, dk, dv then
- * rounded to BF16, so their bound is BF16's). Relative RMS of the six gradients. */
+ * TF32x3 and BF16 operands with FP32 arrays, TF32x3 with BF16 arrays (dq, dk, dv then
+ * rounded to BF16, so their bound is BF16's), and where dk = dv = 128 the BF16-staged
+ * backward (BF16 arrays, operands, workspace and states; the BF16 operands' bound).
+ * Relative RMS of the six gradients. */
 void check_bwd_one(qs_ctx *ctx, const check_case &c)
 {
     check_data x;
@@ -411,10 +416,14 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
         bool bf;
         double lim, lim_io; /* the bound of dg, dbeta, dh0; of dq, dk, dv */
     };
-    const path paths[3] = {{qc::kGdnMmaTf32x3, false, 1e-4, 1e-4},
+    const path paths[4] = {{qc::kGdnMmaTf32x3, false, 1e-4, 1e-4},
                            {qc::kGdnMmaBf16, false, 3e-2, 3e-2},
-                           {qc::kGdnMmaTf32x3, true, 1e-4, 4e-3}};
+                           {qc::kGdnMmaTf32x3, true, 1e-4, 4e-3},
+                           {qc::kGdnMmaBf16Smem, true, 3e-2, 3e-2}};
+    bool smem_ok = c.dk == 128 && c.dv == 128 && !g_skip_smem;
     for (const path &pa : paths) {
+        if (pa.mma == qc::kGdnMmaBf16Smem && !smem_ok)
+            continue;
         void *q = dev_copy(x.q, pa.bf), *k = dev_copy(x.k, pa.bf), *v = dev_copy(x.v, pa.bf);
         void *dout = dev_copy(x.dout, pa.bf), *dq, *dk, *dv;
         size_t el = pa.bf ? 2 : 4;
@@ -435,7 +444,7 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
                                      host_copy(db, x.ng, false),  host_copy(dh0, x.ns, false)};
         const std::vector<float> *ref[6] = {&rdq, &rdk, &rdv, &rdg, &rdb, &rdh0};
         bool ok = true;
-        printf("check bwd %-26s %-6s %s io:", c.name, kMmaName[pa.mma], pa.bf ? "bf16" : "f32 ");
+        printf("check bwd %-26s %-9s %s io:", c.name, kMmaName[pa.mma], pa.bf ? "bf16" : "f32 ");
         for (int a = 0; a < 6; a++) {
             rel r;
             r.add(got[a].data(), ref[a]->data(), got[a].size());
@@ -680,8 +689,9 @@ double bwd_flop(int64_t tokens, int64_t hv, int64_t dk, int64_t dv)
 }
 
 /* The backward at a speed-goal shape (BF16 q, k, v, dout, dq, dk, dv; no h0, no dht): each
- * path timed as the forward is; the BF16-operand path's gradients measured against the
- * TF32x3 path's (FP32-accurate per the checks) as relative RMS. */
+ * path timed as the forward is; the BF16-operand paths' gradients (chunk-bf16 and
+ * chunk-bf16-smem) measured against the TF32x3 path's (FP32-accurate per the checks) as
+ * relative RMS. */
 void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
 {
     const int64_t h = 16, D = 128, T = nseq * seq_t;
@@ -719,7 +729,9 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16}) {
+    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem}) {
+        if (mma == qc::kGdnMmaBf16Smem && g_skip_smem)
+            continue;
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
                                      nullptr, dq, dk, dv, dg, db, dh0, 0);
@@ -737,7 +749,7 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
         printf("time gdn_bwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s",
                kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
                flop / (med * 1e-3) / 1e12);
-        if (mma == qc::kGdnMmaBf16) {
+        if (mma != qc::kGdnMmaTf32x3) {
             const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
             const float *got[6] = {wide[0], wide[1], wide[2], dg, db, dh0};
             printf("  vs tf32x3 rrms:");
