@@ -1840,7 +1840,10 @@ __global__ void __launch_bounds__(kThreads)
     grad_fast_smem s(smb);
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mt = warp >> 1;
     int half = warp & 1, n0 = 64 * half, n1 = 32 * half;
-    int64_t ci = blockIdx.x, hvi = blockIdx.y;
+    /* the grid is (chunk, value head); taken in launch order as value head fastest, so the
+     * value heads of one q/k head [GDN-GVA] run together and share K and Q in L2 */
+    int64_t bid = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
+    int64_t ci = bid / p.hv, hvi = bid % p.hv;
     int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
     size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
     size_t c0 = (static_cast<size_t>(hvi) * nchunks + ci) * kMaxD * kMaxD;
