@@ -12,9 +12,12 @@
  *     and dbeta and dg (one FP32 sum over the whole state, rows then columns) in one thread.
  * The environment variable QSPEC_CUDA_GDN, read once, selects the forward and the backward:
  * `reference` (the default, these kernels), `chunk` (cuda/qc_gdn_chunk.cu with TF32x3
- * tensor-core matmuls, FP32-accurate, claiming the case's tolerance) or `chunk-bf16` (the
- * same with BF16 operands, as upstream kernels round them). The chunked backward's dq̂, dk̂
- * per value head come back to qk_kernel here for the GVA sum and the l2norm backward. */
+ * tensor-core matmuls, FP32-accurate, claiming the case's tolerance), `chunk-bf16` (the
+ * same with BF16 operands, as upstream kernels round them) or `chunk-bf16-smem` (the
+ * BF16-staged kernels for BF16 requests with dk = dv = 128, on BF16 device arrays; other
+ * requests take chunk-bf16). The chunked backward's dq̂, dk̂ per value head come back to
+ * qk_kernel here for the GVA sum and the l2norm backward. */
+#include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -410,7 +413,7 @@ cudaError_t prep(const gdn_req &r, const qs_gdn_args *a, dbuf<float> &q, dbuf<fl
 }
 
 /* The forward and backward QSPEC_CUDA_GDN selects; an unknown value is the reference's. */
-enum gdn_path { kPathReference, kPathChunk, kPathChunkBf16 };
+enum gdn_path { kPathReference, kPathChunk, kPathChunkBf16, kPathChunkSmem };
 
 gdn_path gdn_path_selected()
 {
@@ -420,9 +423,59 @@ gdn_path gdn_path_selected()
             return kPathChunk;
         if (e && strcmp(e, "chunk-bf16") == 0)
             return kPathChunkBf16;
+        if (e && strcmp(e, "chunk-bf16-smem") == 0)
+            return kPathChunkSmem;
         return kPathReference;
     }();
     return sel;
+}
+
+/* The chunk kernels' operand precision for a request on a chunked path: the BF16-staged
+ * kernels need BF16 values and dk = dv = 128 (their tiles), else BF16 operands on FP32
+ * arrays. */
+int chunk_mma(gdn_path path, const qs_gdn_params &p)
+{
+    if (path == kPathChunk)
+        return kGdnMmaTf32x3;
+    if (path == kPathChunkSmem && p.dtype == QS_BF16 && p.dk == 128 && p.dv == 128)
+        return kGdnMmaBf16Smem;
+    return kGdnMmaBf16;
+}
+
+/* FP32 values to BF16 (round to nearest even; exact for values of the dtype) and back. */
+__global__ void to_bf16_kernel(const float *x, __nv_bfloat16 *y, size_t n)
+{
+    for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+         e += static_cast<size_t>(gridDim.x) * blockDim.x)
+        y[e] = __float2bfloat16_rn(x[e]);
+}
+__global__ void from_bf16_kernel(const __nv_bfloat16 *x, float *y, size_t n)
+{
+    for (size_t e = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+         e += static_cast<size_t>(gridDim.x) * blockDim.x)
+        y[e] = __bfloat162float(x[e]);
+}
+unsigned conv_blocks(size_t n)
+{
+    size_t b = (n + 255) / 256;
+    return static_cast<unsigned>(b < 1 ? 1 : (b > 4096 ? 4096 : b));
+}
+/* The BF16 copy of a device FP32 array (the staged kernels' io; q̂ and k̂ round here, as
+ * the chunk matmuls round every operand to BF16). */
+cudaError_t as_bf16(const dbuf<float> &x, dbuf<__nv_bfloat16> &y)
+{
+    cudaError_t err = y.alloc(x.n);
+    if (err == cudaSuccess && x.n) {
+        to_bf16_kernel<<<conv_blocks(x.n), 256>>>(x.p, y.p, x.n);
+        err = cudaGetLastError();
+    }
+    return err;
+}
+cudaError_t widen_bf16(const dbuf<__nv_bfloat16> &x, dbuf<float> &y)
+{
+    if (x.n)
+        from_bf16_kernel<<<conv_blocks(x.n), 256>>>(x.p, y.p, x.n);
+    return cudaGetLastError();
 }
 
 /* The chunked forward of [GDN-CHUNK] on the kit's arrays: l2norm (prep), then the two
@@ -441,9 +494,27 @@ qs_status chunk_fwd(const gdn_req &r, qs_gdn_args *a, int mma)
     gdn_chunk_plan plan;
     if (err == cudaSuccess)
         err = gdn_chunk_plan_make(cp, p.cu_seqlens, &plan);
-    if (err == cudaSuccess)
+    if (mma == kGdnMmaBf16Smem) {
+        dbuf<__nv_bfloat16> qb, kb, vb, ob;
+        if (err == cudaSuccess)
+            err = as_bf16(qn, qb);
+        if (err == cudaSuccess)
+            err = as_bf16(kn, kb);
+        if (err == cudaSuccess)
+            err = as_bf16(v, vb);
+        if (err == cudaSuccess)
+            err = ob.alloc(nv);
+        if (err == cudaSuccess)
+            err = gdn_chunk_fwd(cp, plan, mma, kGdnIoBf16, qb.p, kb.p, vb.p, g.p, beta.p,
+                                a->h0 ? h0.p : nullptr, ob.p, ht.p, 0);
+        if (err == cudaSuccess)
+            err = widen_bf16(ob, o);
+        if (err == cudaSuccess)
+            err = cudaDeviceSynchronize();
+    } else if (err == cudaSuccess) {
         err = gdn_chunk_fwd(cp, plan, mma, kGdnIoF32, qn.p, kn.p, v.p, g.p, beta.p,
                             a->h0 ? h0.p : nullptr, o.p, ht.p, 0);
+    }
     if (err == cudaSuccess)
         err = cudaDeviceSynchronize();
     gdn_chunk_plan_free(&plan);
@@ -485,10 +556,31 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
     gdn_chunk_plan plan;
     if (err == cudaSuccess)
         err = gdn_chunk_plan_make_bwd(cp, p.cu_seqlens, &plan);
-    if (err == cudaSuccess)
+    if (mma == kGdnMmaBf16Smem) {
+        dbuf<__nv_bfloat16> qb, kb, vb, dob, dvb;
+        if (err == cudaSuccess)
+            err = as_bf16(qn, qb);
+        if (err == cudaSuccess)
+            err = as_bf16(kn, kb);
+        if (err == cudaSuccess)
+            err = as_bf16(v, vb);
+        if (err == cudaSuccess)
+            err = as_bf16(dout, dob);
+        if (err == cudaSuccess)
+            err = dvb.alloc(nv);
+        if (err == cudaSuccess)
+            err = gdn_chunk_bwd(cp, plan, mma, kGdnIoBf16, qb.p, kb.p, vb.p, g.p, beta.p,
+                                a->h0 ? h0.p : nullptr, dob.p, a->dht ? dht.p : nullptr, nullptr,
+                                nullptr, dvb.p, dg.p, dbeta.p, dh0.p, 0);
+        if (err == cudaSuccess)
+            err = widen_bf16(dvb, dv);
+        if (err == cudaSuccess)
+            err = cudaDeviceSynchronize();
+    } else if (err == cudaSuccess) {
         err = gdn_chunk_bwd(cp, plan, mma, kGdnIoF32, qn.p, kn.p, v.p, g.p, beta.p,
                             a->h0 ? h0.p : nullptr, dout.p, a->dht ? dht.p : nullptr, nullptr,
                             nullptr, dv.p, dg.p, dbeta.p, dh0.p, 0);
+    }
     int64_t rows = r.tokens * p.h;
     if (err == cudaSuccess && rows > 0) {
         qk_kernel<<<(unsigned)((rows + 127) / 128), 128>>>(r.g, q.p, plan.dqk, dq.p, rows);
@@ -529,7 +621,7 @@ qs_status qc_slot_gdn_fwd(void *state, qs_gdn_args *a)
     if (path != qc::kPathReference && qc::gdn_chunk_fits(a->p.dk, a->p.dv)) {
         /* another FP32 order: the case's tolerance ([CASE-PLUGIN-REF]; the kit's preset) */
         a->claim = QS_ATTN_CLAIM_TOLERANCE;
-        return qc::chunk_fwd(r, a, path == qc::kPathChunk ? qc::kGdnMmaTf32x3 : qc::kGdnMmaBf16);
+        return qc::chunk_fwd(r, a, qc::chunk_mma(path, a->p));
     }
     /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
     a->claim = QS_ATTN_CLAIM_REFERENCE;
@@ -572,7 +664,7 @@ qs_status qc_slot_gdn_bwd(void *state, qs_gdn_args *a)
     if (path != qc::kPathReference && qc::gdn_chunk_fits(a->p.dk, a->p.dv)) {
         /* another FP32 order: the case's tolerance ([CASE-PLUGIN-REF]; the kit's preset) */
         a->claim = QS_ATTN_CLAIM_TOLERANCE;
-        return qc::chunk_bwd(r, a, path == qc::kPathChunk ? qc::kGdnMmaTf32x3 : qc::kGdnMmaBf16);
+        return qc::chunk_bwd(r, a, qc::chunk_mma(path, a->p));
     }
     /* the reference's operations in its order ([CASE-PLUGIN-REF]; cuda/attn_check) */
     a->claim = QS_ATTN_CLAIM_REFERENCE;
