@@ -26,7 +26,9 @@
  * (--skip-smem leaves out the BF16-staged forward and backward);
  * --fwd-only and --bwd-only time one direction (every check still runs); --profile times
  * only 64 value heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1
- * when a check fails. */
+ * when a check fails. The environment variable QSPEC_GDN_SMEM_OLD=1 makes the BF16-staged
+ * path (chunk-bf16-smem rows) run its earlier serial kernels (state_fast_kernel,
+ * dstate_fast_kernel, FP32 dq̂ and dk̂) instead of the lean ones; the first line says which. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -783,6 +785,10 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    const char *old = getenv("QSPEC_GDN_SMEM_OLD");
+    printf("chunk-bf16-smem: %s serial kernels (QSPEC_GDN_SMEM_OLD=%s)\n",
+           old && old[0] == '1' ? "the earlier (state_fast, dstate_fast)" : "the lean",
+           old ? old : "unset");
     bool timing = true, fwd = true, bwd = true;
     for (int i = 1; i < argc; i++) {
         timing = timing && strcmp(argv[i], "--no-timing") != 0;
