@@ -18,7 +18,7 @@
  * BF16-staged backward (kGdnMmaBf16Smem, at the end) runs wy_fast_kernel and
  * state_fast_kernel, then dstate_fast_kernel and grad_fast_kernel on BF16 tiles. By default
  * kGdnMmaBf16Smem walks the chunks with the lean kernels (state_lean_kernel,
- * dstate_lean_kernel: the state in mma accumulators, 4 warps a block) in place of
+ * dstate_lean_kernel: the state in mma accumulators, 4 or 8 warps a block) in place of
  * state_fast_kernel and dstate_fast_kernel, and sums BF16 dq̂, dk̂ (qk_sum_h_kernel);
  * QSPEC_GDN_SMEM_OLD=1 selects the earlier kernels. */
 #include <cstdlib>
@@ -906,30 +906,32 @@ __global__ void __launch_bounds__(kThreads)
         }
 }
 
-/* The lean serial kernels of kGdnMmaBf16Smem: one block of 4 warps per (64 value columns, value
- * head, sequence), each warp owning 16 value columns of the state, transposed (S^T, [16 dv][128
- * dk]), in the FP32 accumulators of its mma tiles. S^T is the A operand of the products with W
- * and Q (the accumulator layout of two 8-column tiles is the A fragment of a 16-deep step), and
- * the warp's Vn^T (or dVn^T) accumulators are the A operand of the state update, so a chunk step
- * reads only the chunk's tiles from shared memory and needs no barrier between the warps past
+/* The lean serial kernels of kGdnMmaBf16Smem: one block of kW warps (4 or 8) per (16 kW value
+ * columns, value head, sequence), each warp owning 16 value columns of the state, transposed (S^T,
+ * [16 dv][128 dk]), in the FP32 accumulators of its mma tiles. S^T is the A operand of the products
+ * with W and Q (the accumulator layout of two 8-column tiles is the A fragment of a 16-deep step),
+ * and the warp's Vn^T (or dVn^T) accumulators are the A operand of the state update, so a chunk
+ * step reads only the chunk's tiles from shared memory and needs no barrier between the warps past
  * the one that publishes the tiles. The shared memory holds two stages of the chunk tiles
  * (fetched by cp.async one chunk ahead), a [64][16] staging tile a warp for coalesced stores,
  * and each warp's gate vectors (every warp sums the gates itself). */
 
-constexpr int kLeanThreads = 128; /* 4 warps of 16 value columns: kBV columns a block */
-constexpr int kLdT = 24;          /* BF16 row stride of a warp's [64][16] staging tile (48 B) */
-static_assert(kLeanThreads / 32 * 16 == kBV, "the lean kernels' warps cover kBV columns");
+constexpr int kLdT = 24; /* BF16 row stride of a warp's [64][16] staging tile (48 B) */
 
-/* The shared memory of the lean kernels. Stage b: W, K [64][kLdH], Q [64][kLdH] (kQA), X
- * [64][kLdH64] (U or dO, the block's 64 columns), A [64][kLdH64] (kQA), the raw gates [64]
- * (FP32). Then a staging tile and 3 x 64 floats of vectors per warp. */
-template <bool kQA> struct lean_layout {
+/* The shared memory of the lean kernels with kW warps. Stage b: W, K [64][kLdH], Q [64][kLdH]
+ * (kQA), X [64][kLdX] (U or dO, the block's 16 kW columns), A [64][kLdH64] (kQA), the raw
+ * gates [64] (FP32). Then a staging tile and 3 x 64 floats of vectors per warp. */
+template <bool kQA, int kW> struct lean_layout {
+    static_assert(kW == 4 || kW == 8, "4 or 8 warps");
+    static constexpr int kCols = 16 * kW;
+    static constexpr int kLdX = kCols + 8;
+    static constexpr int kTileX = kC * kLdX * 2;
     static constexpr int kTiles = kQA ? 3 : 2;
-    static constexpr int kStage = kTiles * kTileH + (kQA ? 2 : 1) * kTileH64 + kC * 4;
+    static constexpr int kStage = kTiles * kTileH + kTileX + (kQA ? kTileH64 : 0) + kC * 4;
     static constexpr int kStg = kC * kLdT * 2;
     static constexpr int kVec = 3 * kC * 4;
     static constexpr size_t kBytes =
-        2 * static_cast<size_t>(kStage) + kLeanThreads / 32 * static_cast<size_t>(kStg + kVec);
+        2 * static_cast<size_t>(kStage) + kW * static_cast<size_t>(kStg + kVec);
     static __device__ bf16 *W(unsigned char *s, int b)
     {
         return reinterpret_cast<bf16 *>(s + b * kStage);
@@ -948,7 +950,7 @@ template <bool kQA> struct lean_layout {
     }
     static __device__ bf16 *A(unsigned char *s, int b)
     {
-        return reinterpret_cast<bf16 *>(s + b * kStage + kTiles * kTileH + kTileH64);
+        return reinterpret_cast<bf16 *>(s + b * kStage + kTiles * kTileH + kTileX);
     }
     static __device__ float *graw(unsigned char *s, int b)
     {
@@ -960,22 +962,27 @@ template <bool kQA> struct lean_layout {
     }
     static __device__ float *vec(unsigned char *s, int warp)
     {
-        return reinterpret_cast<float *>(s + 2 * kStage + kLeanThreads / 32 * kStg + warp * kVec);
+        return reinterpret_cast<float *>(s + 2 * kStage + kW * kStg + warp * kVec);
     }
 };
-static_assert(lean_layout<true>::kStage % 16 == 0 && lean_layout<false>::kStage % 16 == 0 &&
-                  lean_layout<true>::kStg % 16 == 0,
+static_assert(lean_layout<true, 4>::kStage % 16 == 0 && lean_layout<false, 4>::kStage % 16 == 0 &&
+                  lean_layout<true, 8>::kStage % 16 == 0 &&
+                  lean_layout<false, 8>::kStage % 16 == 0 && lean_layout<true, 4>::kStg % 16 == 0 &&
+                  lean_layout<true, 4>::kTileX % 16 == 0 && lean_layout<true, 8>::kTileX % 16 == 0,
               "the lean kernels' tiles stay 16-byte aligned");
-static_assert(lean_layout<true>::kBytes <= 227 * 1024, "state_lean / dstate_lean shared memory");
-static_assert(lean_layout<false>::kBytes + 1024 <= 228 * 1024 / 2,
-              "state_lean_kernel without o: two blocks an SM");
+static_assert(lean_layout<true, 4>::kBytes <= 227 * 1024 &&
+                  lean_layout<true, 8>::kBytes <= 227 * 1024,
+              "state_lean / dstate_lean shared memory");
+static_assert(lean_layout<false, 4>::kBytes + 1024 <= 228 * 1024 / 2,
+              "state_lean_kernel without o, 4 warps: two blocks an SM");
+static_assert(kMaxD % 64 == 0, "the lean kernels' column blocks tile dv");
 
-/* tile_rows for blocks of kLeanThreads. */
-__device__ __forceinline__ void lean_rows(bool r64, int ldt, bf16 *t, int64_t nc, const bf16 *base,
+/* tile_rows for blocks of NT threads: rows of per 16-byte copies. */
+template <int NT>
+__device__ __forceinline__ void lean_rows(int per, int ldt, bf16 *t, int64_t nc, const bf16 *base,
                                           int64_t stride)
 {
-    int per = r64 ? 8 : 16;
-    for (int e = threadIdx.x; e < kC * per; e += kLeanThreads) {
+    for (int e = threadIdx.x; e < kC * per; e += NT) {
         int i = e / per, c = e % per;
         bool on = i < nc;
         cp_async16(t + i * ldt + c * 8, on ? base + i * stride + c * 8 : base, on);
@@ -1060,33 +1067,34 @@ __device__ __forceinline__ void lean_gates(const float *graw, float *v, float sc
  * state before each chunk into hs, Vn over U through vn), the lean way. Per chunk and warp:
  * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
  * the same products and roundings as state_fast_kernel. */
-template <bool kOut>
-__global__ void __launch_bounds__(kLeanThreads, kOut ? 1 : 2)
+template <bool kOut, int kW>
+__global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
     state_lean_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
                       const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
                       float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
 {
-    typedef lean_layout<kOut> L;
+    typedef lean_layout<kOut, kW> L;
+    constexpr int NT = 32 * kW;
     extern __shared__ __align__(16) unsigned char smb[];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
     int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
     int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
-    int64_t cv = vb * kBV, nch = (len + kC - 1) / kC;
-    int cw = 16 * warp; /* the warp's columns in the block's 64 */
+    int64_t cv = vb * L::kCols, nch = (len + kC - 1) / kC;
+    int cw = 16 * warp; /* the warp's columns in the block's */
     size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
     bf16 *stg = L::stg(smb, warp);
     float *vec = L::vec(smb, warp);
     auto fetch = [&](int64_t c, int b) {
         int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        lean_rows(false, kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
-        lean_rows(false, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT>(16, kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        lean_rows<NT>(16, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
         if (kOut) {
-            lean_rows(false, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-            lean_rows(true, kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
+            lean_rows<NT>(16, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+            lean_rows<NT>(8, kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
         }
-        lean_rows(true, kLdH64, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
+        lean_rows<NT>(L::kCols / 8, L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
         if (warp == 0)
             for (int i = lane; i < kC; i += 32)
                 cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
@@ -1138,7 +1146,7 @@ __global__ void __launch_bounds__(kLeanThreads, kOut ? 1 : 2)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int i = acc_col(nt, e);
-                float u = __bfloat162float(Uh[i * kLdH64 + cw + acc_row(e)]);
+                float u = __bfloat162float(Uh[i * L::kLdX + cw + acc_row(e)]);
                 vt[nt][e] = __fsub_rn(u, vt[nt][e]);
                 v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
             }
@@ -1205,18 +1213,20 @@ __global__ void __launch_bounds__(kLeanThreads, kOut ? 1 : 2)
  * accumulators. Per chunk, from the last: dS' (BF16) into dhs, dVn^T = (dS'^T K^T) . F + dO^T A
  * (BF16 into dVn), dS^T = e^{G_l} dS'^T + (dO^T . scale e^G) Q - dVn^T W; the last dS is dh0.
  * The same products and roundings as dstate_fast_kernel. */
-__global__ void __launch_bounds__(kLeanThreads, 1)
+template <int kW>
+__global__ void __launch_bounds__(32 * kW, 1)
     dstate_lean_kernel(gdn_chunk_problem p, const int32_t *chunk0, int64_t nchunks, const bf16 *q,
                        const bf16 *k, const bf16 *dout, const float *gate, const bf16 *W,
                        const bf16 *A, const float *dht, bf16 *dhs, bf16 *dVn, float *dh0)
 {
-    typedef lean_layout<true> L;
+    typedef lean_layout<true, kW> L;
+    constexpr int NT = 32 * kW;
     extern __shared__ __align__(16) unsigned char smb[];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
     int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
     int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
-    int64_t cv = vb * kBV, nch = (len + kC - 1) / kC;
+    int64_t cv = vb * L::kCols, nch = (len + kC - 1) / kC;
     int cw = 16 * warp;
     size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
     bf16 *stg = L::stg(smb, warp);
@@ -1224,12 +1234,12 @@ __global__ void __launch_bounds__(kLeanThreads, 1)
     auto fetch = [&](int64_t c, int b) {
         int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        lean_rows(false, kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
-        lean_rows(false, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        lean_rows(false, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        lean_rows(true, kLdH64, L::X(smb, b), nc, dout + (tok0 * p.hv + hvi) * p.dv + cv,
-                  p.hv * p.dv);
-        lean_rows(true, kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
+        lean_rows<NT>(16, kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        lean_rows<NT>(16, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT>(16, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT>(L::kCols / 8, L::kLdX, L::X(smb, b), nc,
+                      dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
+        lean_rows<NT>(8, kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
         if (warp == 0)
             for (int i = lane; i < kC; i += 32)
                 cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
@@ -1283,7 +1293,7 @@ __global__ void __launch_bounds__(kLeanThreads, 1)
         uint32_t oa[4][4]; /* dO^T (then scale e^G . dO^T), the A operand */
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
-            frag_a_km(oa[kk], dOh, kLdH64, cw, 16 * kk);
+            frag_a_km(oa[kk], dOh, L::kLdX, cw, 16 * kk);
 #pragma unroll
             for (int np = 0; np < 4; np++) {
                 uint32_t ba[4];
@@ -1348,17 +1358,48 @@ bool smem_old()
     return e && e[0] == '1';
 }
 
+/* The lean kernels' warps a block: 8 (128 value columns) when hv x nseq blocks cover the
+ * device's SMs, else 4 (64 columns, twice the blocks); QSPEC_GDN_LEAN_WARPS=4 or 8 (read at
+ * each call) fixes it. */
+int lean_warps(const gdn_chunk_problem &p)
+{
+    const char *e = getenv("QSPEC_GDN_LEAN_WARPS");
+    if (e && (e[0] == '4' || e[0] == '8') && e[1] == 0)
+        return e[0] - '0';
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        sms = 1 << 30;
+    return p.hv * p.nseq >= sms ? 8 : 4;
+}
+
+/* The serial kernels, their threads, shared memory and value columns a block of
+ * kGdnMmaBf16Smem: the lean ones of lw warps, or the earlier ones (old). */
+template <class Fn> struct serial_kernel {
+    Fn fn;
+    int threads;
+    size_t smem;
+    int cols;
+};
+template <bool kOut> serial_kernel<decltype(&state_fast_kernel)> state_pick(bool old, int lw)
+{
+    if (old)
+        return {state_fast_kernel, kThreads, kStateFastSmem, kBV};
+    if (lw == 8)
+        return {state_lean_kernel<kOut, 8>, 256, lean_layout<kOut, 8>::kBytes, 128};
+    return {state_lean_kernel<kOut, 4>, 128, lean_layout<kOut, 4>::kBytes, 64};
+}
+
 cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
                         const void *k, const void *v, const float *g, const float *beta,
                         const float *h0, void *o, float *ht, cudaStream_t st)
 {
-    bool old = smem_old();
-    size_t ssm = old ? kStateFastSmem : lean_layout<true>::kBytes;
+    auto sk = state_pick<true>(smem_old(), lean_warps(p));
     cudaError_t err = cudaFuncSetAttribute(
         wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
     if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(old ? state_fast_kernel : state_lean_kernel<true>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ssm);
+        err =
+            cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);
     if (err != cudaSuccess)
         return err;
     bf16 *W = reinterpret_cast<bf16 *>(plan.ws),
@@ -1369,11 +1410,9 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
         wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
             p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A, nullptr);
     if (p.nseq > 0)
-        (old ? state_fast_kernel
-             : state_lean_kernel<
-                   true>)<<<dim3((unsigned)(p.dv / kBV), (unsigned)p.hv, (unsigned)p.nseq),
-                            old ? kThreads : kLeanThreads, ssm, st>>>(
-            p, tq, tk, g, W, U, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0, nullptr, nullptr);
+        sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
+                sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0,
+                               nullptr, nullptr);
     return cudaGetLastError();
 }
 
@@ -2700,15 +2739,20 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     cudaError_t err = cudaFuncSetAttribute(
         wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
     bool old = smem_old();
-    size_t ssm = old ? kStateFastSmem : lean_layout<false>::kBytes;
-    size_t dsm = old ? kDstateFastSmem : lean_layout<true>::kBytes;
-    int nth = old ? kThreads : kLeanThreads;
-    auto state_k = old ? state_fast_kernel : state_lean_kernel<false>;
-    auto dstate_k = old ? dstate_fast_kernel : dstate_lean_kernel;
+    int lw = lean_warps(p);
+    auto sk = state_pick<false>(old, lw);
+    serial_kernel<decltype(&dstate_fast_kernel)> dk_{dstate_fast_kernel, kThreads, kDstateFastSmem,
+                                                     kBV};
+    if (!old && lw == 8)
+        dk_ = {dstate_lean_kernel<8>, 256, lean_layout<true, 8>::kBytes, 128};
+    else if (!old)
+        dk_ = {dstate_lean_kernel<4>, 128, lean_layout<true, 4>::kBytes, 64};
     if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(state_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ssm);
+        err =
+            cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);
     if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(dstate_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dsm);
+        err = cudaFuncSetAttribute(dk_.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)dk_.smem);
     if (err == cudaSuccess)
         err = cudaFuncSetAttribute(grad_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)kGradFastSmem);
@@ -2721,16 +2765,17 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     float *dq_hv = plan.dqk, *dk_hv = dq_hv + static_cast<size_t>(p.tokens) * p.hv * p.dk;
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     const bf16 *tv = static_cast<const bf16 *>(v), *tdo = static_cast<const bf16 *>(dout);
-    dim3 cols((unsigned)(p.dv / kBV), (unsigned)p.hv, (unsigned)p.nseq);
     if (plan.nchunks > 0) {
         wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
             p, plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
-        state_k<<<cols, nth, ssm, st>>>(p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0,
-                                        plan.nchunks, hs, U);
+        sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
+                sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0,
+                               plan.nchunks, hs, U);
     }
     if (p.nseq > 0)
-        dstate_k<<<cols, nth, dsm, st>>>(p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W, A, dht,
-                                         dhs, dVn, dh0);
+        dk_.fn<<<dim3((unsigned)(p.dv / dk_.cols), (unsigned)p.hv, (unsigned)p.nseq), dk_.threads,
+                 dk_.smem, st>>>(p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W, A, dht, dhs, dVn,
+                                 dh0);
     if (plan.nchunks > 0)
         grad_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kGradFastSmem,
                            st>>>(p, plan.chunks, plan.nchunks, tq, tk, tv, tdo, g, beta, U, A, Tw,

@@ -21,8 +21,9 @@ enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2 };
  * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = dv = 128,
  * kGdnIoBf16 only. Its backward keeps T and dVn in the workspace too, and the states before
  * and the state gradients after each chunk (plan.hs, plan.dhs) in BF16. Its serial kernels
- * are the lean ones (state and state gradient in registers, 4 warps a block); with the
- * environment variable QSPEC_GDN_SMEM_OLD=1, read at each call, the earlier ones. */
+ * are the lean ones (state and state gradient in registers, 4 or 8 warps a block;
+ * QSPEC_GDN_LEAN_WARPS=4 or 8 fixes the choice); with the environment variable
+ * QSPEC_GDN_SMEM_OLD=1, read at each call, the earlier ones. */
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
 enum gdn_chunk_io { kGdnIoF32 = 0, kGdnIoBf16 = 1 };

@@ -28,7 +28,10 @@
  * only 64 value heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1
  * when a check fails. The environment variable QSPEC_GDN_SMEM_OLD=1 makes the BF16-staged
  * path (chunk-bf16-smem rows) run its earlier serial kernels (state_fast_kernel,
- * dstate_fast_kernel, FP32 dq̂ and dk̂) instead of the lean ones; the first line says which. */
+ * dstate_fast_kernel, FP32 dq̂ and dk̂) instead of the lean ones; the first line says which.
+ * QSPEC_GDN_LEAN_WARPS=4 or 8 fixes the lean kernels' warps a block (by default 8 where the
+ * blocks cover the SMs: the timed shapes with several sequences; 4 elsewhere, the checks
+ * included). With neither variable set, the checks run a second time with 8 warps. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -786,9 +789,10 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
     const char *old = getenv("QSPEC_GDN_SMEM_OLD");
-    printf("chunk-bf16-smem: %s serial kernels (QSPEC_GDN_SMEM_OLD=%s)\n",
+    const char *lw = getenv("QSPEC_GDN_LEAN_WARPS");
+    printf("chunk-bf16-smem: %s serial kernels (QSPEC_GDN_SMEM_OLD=%s, QSPEC_GDN_LEAN_WARPS=%s)\n",
            old && old[0] == '1' ? "the earlier (state_fast, dstate_fast)" : "the lean",
-           old ? old : "unset");
+           old ? old : "unset", lw ? lw : "unset");
     bool timing = true, fwd = true, bwd = true;
     for (int i = 1; i < argc; i++) {
         timing = timing && strcmp(argv[i], "--no-timing") != 0;
@@ -806,6 +810,13 @@ int main(int argc, char **argv)
     }
     qs_ctx *ctx = qs_ctx_new();
     checks(ctx);
+    if (!g_skip_smem && !getenv("QSPEC_GDN_LEAN_WARPS") && !getenv("QSPEC_GDN_SMEM_OLD")) {
+        /* the checks' problems are small, so they take 4 warps: the 8-warp kernels too */
+        printf("checks again with QSPEC_GDN_LEAN_WARPS=8\n");
+        setenv("QSPEC_GDN_LEAN_WARPS", "8", 1);
+        checks(ctx);
+        unsetenv("QSPEC_GDN_LEAN_WARPS");
+    }
     qs_ctx_free(ctx);
     printf("gdn_bench: checks: %d failing\n", g_fail);
     fflush(stdout);
