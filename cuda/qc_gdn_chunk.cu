@@ -16,7 +16,12 @@
  * (section "the backward" below) runs wy_kernel and state_kernel again, then dstate_kernel
  * (serial over the chunks in reverse) and grad_kernel (every chunk in parallel); the
  * BF16-staged backward (kGdnMmaBf16Smem, at the end) runs wy_fast_kernel and
- * state_fast_kernel, then dstate_fast_kernel and grad_fast_kernel on BF16 tiles. */
+ * state_fast_kernel, then dstate_fast_kernel and grad_fast_kernel on BF16 tiles. By default
+ * kGdnMmaBf16Smem walks the chunks with the lean kernels (state_lean_kernel,
+ * dstate_lean_kernel: the state in mma accumulators, 4 or 8 warps a block) in place of
+ * state_fast_kernel and dstate_fast_kernel, and sums BF16 dq̂, dk̂ (qk_sum_h_kernel);
+ * QSPEC_GDN_SMEM_OLD=1 selects the earlier kernels. */
+#include <cstdlib>
 #include <cuda_bf16.h>
 #include <vector>
 
@@ -901,15 +906,500 @@ __global__ void __launch_bounds__(kThreads)
         }
 }
 
+/* The lean serial kernels of kGdnMmaBf16Smem: one block of kW warps (4 or 8) per (16 kW value
+ * columns, value head, sequence), each warp owning 16 value columns of the state, transposed (S^T,
+ * [16 dv][128 dk]), in the FP32 accumulators of its mma tiles. S^T is the A operand of the products
+ * with W and Q (the accumulator layout of two 8-column tiles is the A fragment of a 16-deep step),
+ * and the warp's Vn^T (or dVn^T) accumulators are the A operand of the state update, so a chunk
+ * step reads only the chunk's tiles from shared memory and needs no barrier between the warps past
+ * the one that publishes the tiles. The shared memory holds two stages of the chunk tiles
+ * (fetched by cp.async one chunk ahead), a [64][16] staging tile a warp for coalesced stores,
+ * and each warp's gate vectors (every warp sums the gates itself). */
+
+constexpr int kLdT = 24; /* BF16 row stride of a warp's [64][16] staging tile (48 B) */
+
+/* The shared memory of the lean kernels with kW warps. Stage b: W, K [64][kLdH], Q [64][kLdH]
+ * (kQA), X [64][kLdX] (U or dO, the block's 16 kW columns), A [64][kLdH64] (kQA), the raw
+ * gates [64] (FP32). Then a staging tile and 3 x 64 floats of vectors per warp. */
+template <bool kQA, int kW> struct lean_layout {
+    static_assert(kW == 4 || kW == 8, "4 or 8 warps");
+    static constexpr int kCols = 16 * kW;
+    static constexpr int kLdX = kCols + 8;
+    static constexpr int kTileX = kC * kLdX * 2;
+    static constexpr int kTiles = kQA ? 3 : 2;
+    static constexpr int kStage = kTiles * kTileH + kTileX + (kQA ? kTileH64 : 0) + kC * 4;
+    static constexpr int kStg = kC * kLdT * 2;
+    static constexpr int kVec = 3 * kC * 4;
+    static constexpr size_t kBytes =
+        2 * static_cast<size_t>(kStage) + kW * static_cast<size_t>(kStg + kVec);
+    static __device__ bf16 *W(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage);
+    }
+    static __device__ bf16 *K(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage + kTileH);
+    }
+    static __device__ bf16 *Q(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage + 2 * kTileH);
+    }
+    static __device__ bf16 *X(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage + kTiles * kTileH);
+    }
+    static __device__ bf16 *A(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage + kTiles * kTileH + kTileX);
+    }
+    static __device__ float *graw(unsigned char *s, int b)
+    {
+        return reinterpret_cast<float *>(s + b * kStage + kStage - kC * 4);
+    }
+    static __device__ bf16 *stg(unsigned char *s, int warp)
+    {
+        return reinterpret_cast<bf16 *>(s + 2 * kStage + warp * kStg);
+    }
+    static __device__ float *vec(unsigned char *s, int warp)
+    {
+        return reinterpret_cast<float *>(s + 2 * kStage + kW * kStg + warp * kVec);
+    }
+};
+static_assert(lean_layout<true, 4>::kStage % 16 == 0 && lean_layout<false, 4>::kStage % 16 == 0 &&
+                  lean_layout<true, 8>::kStage % 16 == 0 &&
+                  lean_layout<false, 8>::kStage % 16 == 0 && lean_layout<true, 4>::kStg % 16 == 0 &&
+                  lean_layout<true, 4>::kTileX % 16 == 0 && lean_layout<true, 8>::kTileX % 16 == 0,
+              "the lean kernels' tiles stay 16-byte aligned");
+static_assert(lean_layout<true, 4>::kBytes <= 227 * 1024 &&
+                  lean_layout<true, 8>::kBytes <= 227 * 1024,
+              "state_lean / dstate_lean shared memory");
+static_assert(lean_layout<false, 4>::kBytes + 1024 <= 228 * 1024 / 2,
+              "state_lean_kernel without o, 4 warps: two blocks an SM");
+static_assert(kMaxD % 64 == 0, "the lean kernels' column blocks tile dv");
+
+/* tile_rows for blocks of NT threads: rows of per 16-byte copies. */
+template <int NT>
+__device__ __forceinline__ void lean_rows(int per, int ldt, bf16 *t, int64_t nc, const bf16 *base,
+                                          int64_t stride)
+{
+    for (int e = threadIdx.x; e < kC * per; e += NT) {
+        int i = e / per, c = e % per;
+        bool on = i < nc;
+        cp_async16(t + i * ldt + c * 8, on ? base + i * stride + c * 8 : base, on);
+    }
+}
+
+/* The A fragments (16 rows, k step kk) of a warp's [16][8 nt] FP32 accumulators, in BF16. */
+template <int NK>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[NK][4], const float (&c)[2 * NK][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+        a[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+        a[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+        a[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        a[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    }
+}
+
+/* A warp's [16 value columns][64 tokens] accumulators c (row = value column, col = token) into
+ * its staging tile, transposed ([token][16], BF16), then rows < nc to dst + row * stride, 32
+ * bytes a row. */
+__device__ __forceinline__ void lean_store_t(bf16 *stg, const float (&c)[8][4], int64_t nc,
+                                             bf16 *dst, int64_t stride)
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            stg[acc_col(nt, e) * kLdT + acc_row(e)] = __float2bfloat16_rn(c[nt][e]);
+    __syncwarp();
+    for (int e = lane; e < 2 * kC; e += 32) {
+        int r = e >> 1, h = e & 1;
+        if (r < nc)
+            *reinterpret_cast<uint4 *>(dst + r * stride + 8 * h) =
+                *reinterpret_cast<const uint4 *>(stg + r * kLdT + 8 * h);
+    }
+    __syncwarp();
+}
+
+/* A warp's S^T ([16 value columns][128 dk], FP32 accumulators) into a BF16 [128][128] state
+ * dst (row dk, this warp's 16 columns), by two halves of 64 rows through the staging tile. */
+__device__ __forceinline__ void lean_store_state(bf16 *stg, const float (&s)[16][4], bf16 *dst)
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                stg[acc_col(nt, e) * kLdT + acc_row(e)] = __float2bfloat16_rn(s[8 * hh + nt][e]);
+        __syncwarp();
+        for (int e = lane; e < 2 * kC; e += 32) {
+            int r = e >> 1, h = e & 1;
+            *reinterpret_cast<uint4 *>(dst + (64 * hh + r) * kMaxD + 8 * h) =
+                *reinterpret_cast<const uint4 *>(stg + r * kLdT + 8 * h);
+        }
+        __syncwarp();
+    }
+}
+
+/* Every warp's gate vectors of the chunk from the raw gates: v[0 .. 64) F = e^{G_l - G},
+ * v[64 .. 128) scale e^G, v[128] e^{G_l}. */
+__device__ __forceinline__ void lean_gates(const float *graw, float *v, float scale)
+{
+    int lane = threadIdx.x & 31;
+    float x0 = graw[lane], x1 = graw[lane + 32];
+    warp_cumsum64(x0, x1);
+    float gl = __shfl_sync(0xffffffffu, x1, 31);
+    v[lane] = expf(__fsub_rn(gl, x0));
+    v[lane + 32] = expf(__fsub_rn(gl, x1));
+    v[kC + lane] = __fmul_rn(scale, expf(x0));
+    v[kC + lane + 32] = __fmul_rn(scale, expf(x1));
+    if (lane == 0)
+        v[2 * kC] = expf(gl);
+    __syncwarp();
+}
+
+/* The forward walk (kOut: o, from Q and A too) or the backward's state pass (!kOut: the BF16
+ * state before each chunk into hs, Vn over U through vn), the lean way. Per chunk and warp:
+ * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
+ * the same products and roundings as state_fast_kernel. */
+template <bool kOut, int kW>
+__global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
+    state_lean_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
+                      const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
+                      float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
+{
+    typedef lean_layout<kOut, kW> L;
+    constexpr int NT = 32 * kW;
+    extern __shared__ __align__(16) unsigned char smb[];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
+    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
+    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
+    int64_t cv = vb * L::kCols, nch = (len + kC - 1) / kC;
+    int cw = 16 * warp; /* the warp's columns in the block's */
+    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
+    bf16 *stg = L::stg(smb, warp);
+    float *vec = L::vec(smb, warp);
+    auto fetch = [&](int64_t c, int b) {
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        lean_rows<NT>(16, kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        lean_rows<NT>(16, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        if (kOut) {
+            lean_rows<NT>(16, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+            lean_rows<NT>(8, kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
+        }
+        lean_rows<NT>(L::kCols / 8, L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
+        if (warp == 0)
+            for (int i = lane; i < kC; i += 32)
+                cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
+                          i < nc);
+    };
+    /* s[nt][e]: S^T at value column cv + cw + acc_row(e), dk acc_col(nt, e) */
+    float s[16][4];
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[nt][e] =
+                h0 ? h0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)]
+                   : 0.0f;
+    if (nch > 0)
+        fetch(0, 0);
+    cp_commit();
+    for (int64_t c = 0; c < nch; c++) {
+        int b = static_cast<int>(c & 1);
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        __syncthreads(); /* every warp is done with stage b ^ 1 */
+        if (c + 1 < nch)
+            fetch(c + 1, b ^ 1);
+        cp_commit();
+        uint32_t sa[8][4]; /* S^T in BF16, the A operand */
+        acc_to_a<8>(sa, s);
+        if (!kOut && hs) /* the backward: the BF16 state before chunk c */
+            lean_store_state(
+                stg, s,
+                hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv +
+                    cw);
+        cp_wait<1>();
+        __syncthreads(); /* stage b is visible */
+        lean_gates(L::graw(smb, b), vec, p.scale);
+        const bf16 *Wh = L::W(smb, b), *Kh = L::K(smb, b), *Uh = L::X(smb, b);
+        float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t bw[4];
+                frag_b_nk(bw, Wh, kLdH, 16 * np, 16 * kk);
+                mma2(vt[2 * np], vt[2 * np + 1], sa[kk], bw);
+            }
+        float v2[8][4]; /* F . Vn^T */
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = acc_col(nt, e);
+                float u = __bfloat162float(Uh[i * L::kLdX + cw + acc_row(e)]);
+                vt[nt][e] = __fsub_rn(u, vt[nt][e]);
+                v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
+            }
+        uint32_t va[4][4], va2[4][4];
+        acc_to_a<4>(va, vt);
+        acc_to_a<4>(va2, v2);
+        if (!kOut && vn) /* the backward: Vn over U (this warp's columns) */
+            lean_store_t(stg, vt, nc, vn + row0 * p.dv + cv + cw, p.dv);
+        if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
+            const bf16 *Qh = L::Q(smb, b), *Ah = L::A(smb, b);
+            float ot[8][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    uint32_t bq[4];
+                    frag_b_nk(bq, Qh, kLdH, 16 * np, 16 * kk);
+                    mma2(ot[2 * np], ot[2 * np + 1], sa[kk], bq);
+                }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ot[nt][e] = __fmul_rn(ot[nt][e], vec[kC + acc_col(nt, e)]);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    uint32_t ba[4];
+                    frag_b_nk(ba, Ah, kLdH64, 16 * np, 16 * kk);
+                    mma2(ot[2 * np], ot[2 * np + 1], va[kk], ba);
+                }
+            lean_store_t(stg, ot, nc, o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw,
+                         p.hv * p.dv);
+        }
+        { /* S^T = e^{G_l} S^T + (F . Vn^T) K */
+            float al = vec[2 * kC];
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[nt][e] = __fmul_rn(s[nt][e], al);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int np = 0; np < 8; np++) {
+                    uint32_t bk[4];
+                    frag_b_kn(bk, Kh, kLdH, 16 * np, 16 * kk);
+                    mma2(s[2 * np], s[2 * np + 1], va2[kk], bk);
+                }
+        }
+    }
+    cp_wait<0>();
+    if (ht)
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ht[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
+                    s[nt][e];
+}
+
+/* The backward's reverse walk, the lean way: dS^T ([16 value columns][128 dk] a warp) in the
+ * accumulators. Per chunk, from the last: dS' (BF16) into dhs, dVn^T = (dS'^T K^T) . F + dO^T A
+ * (BF16 into dVn), dS^T = e^{G_l} dS'^T + (dO^T . scale e^G) Q - dVn^T W; the last dS is dh0.
+ * The same products and roundings as dstate_fast_kernel. */
+template <int kW>
+__global__ void __launch_bounds__(32 * kW, 1)
+    dstate_lean_kernel(gdn_chunk_problem p, const int32_t *chunk0, int64_t nchunks, const bf16 *q,
+                       const bf16 *k, const bf16 *dout, const float *gate, const bf16 *W,
+                       const bf16 *A, const float *dht, bf16 *dhs, bf16 *dVn, float *dh0)
+{
+    typedef lean_layout<true, kW> L;
+    constexpr int NT = 32 * kW;
+    extern __shared__ __align__(16) unsigned char smb[];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
+    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
+    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
+    int64_t cv = vb * L::kCols, nch = (len + kC - 1) / kC;
+    int cw = 16 * warp;
+    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
+    bf16 *stg = L::stg(smb, warp);
+    float *vec = L::vec(smb, warp);
+    auto fetch = [&](int64_t c, int b) {
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        lean_rows<NT>(16, kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        lean_rows<NT>(16, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT>(16, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT>(L::kCols / 8, L::kLdX, L::X(smb, b), nc,
+                      dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
+        lean_rows<NT>(8, kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
+        if (warp == 0)
+            for (int i = lane; i < kC; i += 32)
+                cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
+                          i < nc);
+    };
+    /* d[nt][e]: dS^T at value column cv + cw + acc_row(e), dk acc_col(nt, e) */
+    float d[16][4];
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            d[nt][e] =
+                dht ? dht[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)]
+                    : 0.0f;
+    if (nch > 0)
+        fetch(nch - 1, 0);
+    cp_commit();
+    for (int64_t it = 0; it < nch; it++) {
+        int64_t c = nch - 1 - it;
+        int b = static_cast<int>(it & 1);
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        __syncthreads();
+        if (c > 0)
+            fetch(c - 1, b ^ 1);
+        cp_commit();
+        uint32_t da[8][4]; /* dS'^T in BF16, the A operand */
+        acc_to_a<8>(da, d);
+        lean_store_state(
+            stg, d,
+            dhs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv + cw);
+        cp_wait<1>();
+        __syncthreads();
+        lean_gates(L::graw(smb, b), vec, p.scale);
+        const bf16 *Wh = L::W(smb, b), *Kh = L::K(smb, b), *Qh = L::Q(smb, b);
+        const bf16 *dOh = L::X(smb, b), *Ah = L::A(smb, b);
+        float dt[8][4] = {}; /* dVn^T: value column acc_row(e), token acc_col */
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t bk[4];
+                frag_b_nk(bk, Kh, kLdH, 16 * np, 16 * kk);
+                mma2(dt[2 * np], dt[2 * np + 1], da[kk], bk);
+            }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dt[nt][e] = __fmul_rn(dt[nt][e], vec[acc_col(nt, e)]);
+        uint32_t oa[4][4]; /* dO^T (then scale e^G . dO^T), the A operand */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            frag_a_km(oa[kk], dOh, L::kLdX, cw, 16 * kk);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t ba[4];
+                frag_b_kn(ba, Ah, kLdH64, 16 * np, 16 * kk);
+                mma2(dt[2 * np], dt[2 * np + 1], oa[kk], ba);
+            }
+        }
+        lean_store_t(stg, dt, nc, dVn + row0 * p.dv + cv + cw, p.dv);
+        uint32_t na[4][4]; /* -dVn^T, the A operand */
+        {
+            float ndt[8][4];
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ndt[nt][e] = -dt[nt][e];
+            acc_to_a<4>(na, ndt);
+        }
+        int t2 = 2 * (lane & 3);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) { /* registers 2, 3: tokens + 8 */
+                float es0 = vec[kC + 16 * kk + t2 + (r >= 2 ? 8 : 0)];
+                float es1 = vec[kC + 16 * kk + t2 + 1 + (r >= 2 ? 8 : 0)];
+                __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162 *>(&oa[kk][r]);
+                float2 f = __bfloat1622float2(h);
+                oa[kk][r] = pack_bf16(__fmul_rn(f.x, es0), __fmul_rn(f.y, es1));
+            }
+        float al = vec[2 * kC];
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                d[nt][e] = __fmul_rn(d[nt][e], al);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int np = 0; np < 8; np++) {
+                uint32_t bq[4], bw[4];
+                frag_b_kn(bq, Qh, kLdH, 16 * np, 16 * kk);
+                frag_b_kn(bw, Wh, kLdH, 16 * np, 16 * kk);
+                mma2(d[2 * np], d[2 * np + 1], oa[kk], bq);
+                mma2(d[2 * np], d[2 * np + 1], na[kk], bw);
+            }
+    }
+    cp_wait<0>();
+    if (dh0)
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dh0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
+                    d[nt][e];
+}
+
+/* QSPEC_GDN_SMEM_OLD=1 (read at each call): kGdnMmaBf16Smem runs state_fast_kernel and
+ * dstate_fast_kernel instead of the lean kernels, to time one against the other. */
+bool smem_old()
+{
+    const char *e = getenv("QSPEC_GDN_SMEM_OLD");
+    return e && e[0] == '1';
+}
+
+/* The lean kernels' warps a block: 8 (128 value columns) when hv x nseq blocks cover the
+ * device's SMs, else 4 (64 columns, twice the blocks); QSPEC_GDN_LEAN_WARPS=4 or 8 (read at
+ * each call) fixes it. */
+int lean_warps(const gdn_chunk_problem &p)
+{
+    const char *e = getenv("QSPEC_GDN_LEAN_WARPS");
+    if (e && (e[0] == '4' || e[0] == '8') && e[1] == 0)
+        return e[0] - '0';
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        sms = 1 << 30;
+    return p.hv * p.nseq >= sms ? 8 : 4;
+}
+
+/* The serial kernels, their threads, shared memory and value columns a block of
+ * kGdnMmaBf16Smem: the lean ones of lw warps, or the earlier ones (old). */
+template <class Fn> struct serial_kernel {
+    Fn fn;
+    int threads;
+    size_t smem;
+    int cols;
+};
+template <bool kOut> serial_kernel<decltype(&state_fast_kernel)> state_pick(bool old, int lw)
+{
+    if (old)
+        return {state_fast_kernel, kThreads, kStateFastSmem, kBV};
+    if (lw == 8)
+        return {state_lean_kernel<kOut, 8>, 256, lean_layout<kOut, 8>::kBytes, 128};
+    return {state_lean_kernel<kOut, 4>, 128, lean_layout<kOut, 4>::kBytes, 64};
+}
+
 cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
                         const void *k, const void *v, const float *g, const float *beta,
                         const float *h0, void *o, float *ht, cudaStream_t st)
 {
+    auto sk = state_pick<true>(smem_old(), lean_warps(p));
     cudaError_t err = cudaFuncSetAttribute(
         wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
     if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(state_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)kStateFastSmem);
+        err =
+            cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);
     if (err != cudaSuccess)
         return err;
     bf16 *W = reinterpret_cast<bf16 *>(plan.ws),
@@ -920,9 +1410,9 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
         wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
             p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A, nullptr);
     if (p.nseq > 0)
-        state_fast_kernel<<<dim3((unsigned)(p.dv / kBV), (unsigned)p.hv, (unsigned)p.nseq),
-                            kThreads, kStateFastSmem, st>>>(
-            p, tq, tk, g, W, U, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0, nullptr, nullptr);
+        sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
+                sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0,
+                               nullptr, nullptr);
     return cudaGetLastError();
 }
 
@@ -1834,7 +2324,7 @@ __global__ void __launch_bounds__(kThreads)
                      const bf16 *k, const bf16 *v, const bf16 *dout, const float *gate,
                      const float *beta, const bf16 *Vn, const bf16 *A, const bf16 *Tw,
                      const bf16 *dVn, const bf16 *hs, const bf16 *dhs, float *dq_hv, float *dk_hv,
-                     bf16 *dv, float *dg, float *dbeta)
+                     bf16 *dv, float *dg, float *dbeta, bf16 *dqk_h)
 {
     extern __shared__ __align__(16) unsigned char smb[];
     grad_fast_smem s(smb);
@@ -2153,10 +2643,16 @@ __global__ void __launch_bounds__(kThreads)
                 int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
                 if (i < nc) {
                     size_t off = (static_cast<size_t>(tok0 + i) * p.hv + hvi) * kMaxD + d;
-                    *reinterpret_cast<float2 *>(dq_hv + off) =
-                        make_float2(cQ[nt][e], cQ[nt][e + 1]);
-                    *reinterpret_cast<float2 *>(dk_hv + off) =
-                        make_float2(cK[nt][e], cK[nt][e + 1]);
+                    if (dqk_h) { /* BF16 [2][tokens][hv][128] for qk_sum_h_kernel */
+                        st_pair(dqk_h + off, cQ[nt][e], cQ[nt][e + 1]);
+                        st_pair(dqk_h + static_cast<size_t>(p.tokens) * p.hv * kMaxD + off,
+                                cK[nt][e], cK[nt][e + 1]);
+                    } else {
+                        *reinterpret_cast<float2 *>(dq_hv + off) =
+                            make_float2(cQ[nt][e], cQ[nt][e + 1]);
+                        *reinterpret_cast<float2 *>(dk_hv + off) =
+                            make_float2(cK[nt][e], cK[nt][e + 1]);
+                    }
                 }
             }
     }
@@ -2203,6 +2699,36 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+/* dq and dk (BF16) from the value heads' BF16 dq̂, dk̂ (d_hv, [2][tokens][hv][128]): one
+ * thread per 8 consecutive elements of dq (blockIdx.y 0) or dk (1), summed over the q/k head's
+ * value heads in increasing hv in FP32, as qk_sum_kernel. */
+__global__ void qk_sum_h_kernel(gdn_chunk_problem p, const bf16 *d_hv, bf16 *dq, bf16 *dk)
+{
+    int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= p.tokens * p.h * (kMaxD / 8))
+        return;
+    int64_t tok = e / (p.h * (kMaxD / 8)), hq = (e / (kMaxD / 8)) % p.h, d8 = 8 * (e % (kMaxD / 8));
+    int64_t grp = p.hv / p.h;
+    const bf16 *src = d_hv + blockIdx.y * static_cast<size_t>(p.tokens) * p.hv * kMaxD;
+    float acc[8] = {};
+    for (int64_t hv = hq * grp; hv < (hq + 1) * grp; hv++) {
+        uint4 u = *reinterpret_cast<const uint4 *>(src + (tok * p.hv + hv) * kMaxD + d8);
+        const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __bfloat1622float2(h2[j]);
+            acc[2 * j] = __fadd_rn(acc[2 * j], f.x);
+            acc[2 * j + 1] = __fadd_rn(acc[2 * j + 1], f.y);
+        }
+    }
+    uint4 out;
+    uint32_t *o32 = reinterpret_cast<uint32_t *>(&out);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        o32[j] = pack_bf16(acc[2 * j], acc[2 * j + 1]);
+    *reinterpret_cast<uint4 *>((blockIdx.y ? dk : dq) + (tok * p.h + hq) * kMaxD + d8) = out;
+}
+
 cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
                             const void *k, const void *v, const float *g, const float *beta,
                             const float *h0, const void *dout, const float *dht, void *dq, void *dk,
@@ -2212,12 +2738,21 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
         return cudaErrorInvalidValue;
     cudaError_t err = cudaFuncSetAttribute(
         wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
+    bool old = smem_old();
+    int lw = lean_warps(p);
+    auto sk = state_pick<false>(old, lw);
+    serial_kernel<decltype(&dstate_fast_kernel)> dk_{dstate_fast_kernel, kThreads, kDstateFastSmem,
+                                                     kBV};
+    if (!old && lw == 8)
+        dk_ = {dstate_lean_kernel<8>, 256, lean_layout<true, 8>::kBytes, 128};
+    else if (!old)
+        dk_ = {dstate_lean_kernel<4>, 128, lean_layout<true, 4>::kBytes, 64};
     if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(state_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)kStateFastSmem);
+        err =
+            cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);
     if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(dstate_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)kDstateFastSmem);
+        err = cudaFuncSetAttribute(dk_.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)dk_.smem);
     if (err == cudaSuccess)
         err = cudaFuncSetAttribute(grad_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)kGradFastSmem);
@@ -2230,25 +2765,32 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     float *dq_hv = plan.dqk, *dk_hv = dq_hv + static_cast<size_t>(p.tokens) * p.hv * p.dk;
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     const bf16 *tv = static_cast<const bf16 *>(v), *tdo = static_cast<const bf16 *>(dout);
-    dim3 cols((unsigned)(p.dv / kBV), (unsigned)p.hv, (unsigned)p.nseq);
     if (plan.nchunks > 0) {
         wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
             p, plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
-        state_fast_kernel<<<cols, kThreads, kStateFastSmem, st>>>(
-            p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0, plan.nchunks, hs, U);
+        sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
+                sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0,
+                               plan.nchunks, hs, U);
     }
     if (p.nseq > 0)
-        dstate_fast_kernel<<<cols, kThreads, kDstateFastSmem, st>>>(
-            p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W, A, dht, dhs, dVn, dh0);
+        dk_.fn<<<dim3((unsigned)(p.dv / dk_.cols), (unsigned)p.hv, (unsigned)p.nseq), dk_.threads,
+                 dk_.smem, st>>>(p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W, A, dht, dhs, dVn,
+                                 dh0);
     if (plan.nchunks > 0)
         grad_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kGradFastSmem,
                            st>>>(p, plan.chunks, plan.nchunks, tq, tk, tv, tdo, g, beta, U, A, Tw,
-                                 dVn, hs, dhs, dq_hv, dk_hv, static_cast<bf16 *>(dv), dg, dbeta);
+                                 dVn, hs, dhs, dq_hv, dk_hv, static_cast<bf16 *>(dv), dg, dbeta,
+                                 old ? nullptr : reinterpret_cast<bf16 *>(plan.dqk));
     int64_t nqk = p.tokens * p.h * p.dk;
-    if (dq && dk && nqk > 0) {
+    if (dq && dk && nqk > 0 && old) {
         unsigned nb = (unsigned)((nqk + 255) / 256);
         qk_sum_kernel<bf16><<<nb, 256, 0, st>>>(p, dq_hv, static_cast<bf16 *>(dq));
         qk_sum_kernel<bf16><<<nb, 256, 0, st>>>(p, dk_hv, static_cast<bf16 *>(dk));
+    } else if (dq && dk && nqk > 0) {
+        unsigned nb = (unsigned)((nqk / 8 + 255) / 256);
+        qk_sum_h_kernel<<<dim3(nb, 2), 256, 0, st>>>(p, reinterpret_cast<const bf16 *>(plan.dqk),
+                                                     static_cast<bf16 *>(dq),
+                                                     static_cast<bf16 *>(dk));
     }
     return cudaGetLastError();
 }

@@ -20,7 +20,10 @@ enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2 };
 /* kGdnMmaBf16Smem: BF16 operands as kGdnMmaBf16, staged in BF16 (shared memory tiles read by
  * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = dv = 128,
  * kGdnIoBf16 only. Its backward keeps T and dVn in the workspace too, and the states before
- * and the state gradients after each chunk (plan.hs, plan.dhs) in BF16. */
+ * and the state gradients after each chunk (plan.hs, plan.dhs) in BF16. Its serial kernels
+ * are the lean ones (state and state gradient in registers, 4 or 8 warps a block;
+ * QSPEC_GDN_LEAN_WARPS=4 or 8 fixes the choice); with the environment variable
+ * QSPEC_GDN_SMEM_OLD=1, read at each call, the earlier ones. */
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
 enum gdn_chunk_io { kGdnIoF32 = 0, kGdnIoBf16 = 1 };
@@ -70,9 +73,10 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
  * dk] (the sums over each q/k head's value heads [GDN-GVA], in increasing hv, of dq̂, dk̂;
  * before any l2norm backward, which the caller applies), dv [tokens, hv, dv], dg, dbeta
  * [tokens, hv] and dh0 [nseq, hv, dk, dv] (NULL: not wanted). dq and dk may both be NULL:
- * then only plan.dqk holds them, per value head. Values of the io type are rounded to out_dt
- * (kGdnIoF32) or BF16. kGdnMmaTf32x3, kGdnMmaBf16, or kGdnMmaBf16Smem (dk = dv = 128 and
- * kGdnIoBf16 only, else cudaErrorInvalidValue). Asynchronous on stream st. */
+ * then only plan.dqk holds them, per value head (FP32 [2][tokens][hv][dk]; with kGdnMmaBf16Smem
+ * BF16 [2][tokens][hv][128] in its first half, unless QSPEC_GDN_SMEM_OLD=1). Values of the io type
+ * are rounded to out_dt (kGdnIoF32) or BF16. kGdnMmaTf32x3, kGdnMmaBf16, or kGdnMmaBf16Smem (dk =
+ * dv = 128 and kGdnIoBf16 only, else cudaErrorInvalidValue). Asynchronous on stream st. */
 cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int mma, int io,
                           const void *q, const void *k, const void *v, const float *g,
                           const float *beta, const float *h0, const void *dout, const float *dht,

@@ -22,11 +22,18 @@
  *    TF32x3 path's.
  * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
  * / 16, beta = sigmoid(N(0,1)), v, dout ~ N(0,1), no initial state or dht in the timed runs.
- * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile]
+ * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile] [--smem-both]
  * (--skip-smem leaves out the BF16-staged forward and backward);
  * --fwd-only and --bwd-only time one direction (every check still runs); --profile times
  * only 64 value heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1
- * when a check fails. */
+ * when a check fails. The environment variable QSPEC_GDN_SMEM_OLD=1 makes the BF16-staged
+ * path (chunk-bf16-smem rows) run its earlier serial kernels (state_fast_kernel,
+ * dstate_fast_kernel, FP32 dq̂ and dk̂) instead of the lean ones; the first line says which.
+ * QSPEC_GDN_LEAN_WARPS=4 or 8 fixes the lean kernels' warps a block (by default 8 where the
+ * blocks cover the SMs: the timed shapes with several sequences; 4 elsewhere, the checks
+ * included). With neither variable set, the checks run a second time with 8 warps.
+ * --smem-both adds a chunk-bf16-smem-old row after each chunk-bf16-smem row: the same call
+ * with QSPEC_GDN_SMEM_OLD=1. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -52,6 +59,41 @@ bool g_profile = false;   /* --profile: one call of each path, no checks (for nc
 
 typedef __nv_bfloat16 bf16;
 const char *const kMmaName[3] = {"bf16", "tf32x3", "bf16-smem"};
+bool g_smem_both = false; /* --smem-both: time the BF16-staged path's earlier kernels too */
+
+/* The timed rows: an mma and whether it runs with QSPEC_GDN_SMEM_OLD=1 (label "-old"). */
+struct timed_row {
+    int mma;
+    bool old;
+};
+std::vector<timed_row> timed_rows(std::initializer_list<int> mmas)
+{
+    std::vector<timed_row> r;
+    for (int m : mmas) {
+        if (m == qc::kGdnMmaBf16Smem && g_skip_smem)
+            continue;
+        r.push_back({m, false});
+        if (m == qc::kGdnMmaBf16Smem && g_smem_both)
+            r.push_back({m, true});
+    }
+    return r;
+}
+
+/* Sets QSPEC_GDN_SMEM_OLD for an old row, and clears it after (the library reads it at each
+ * call). */
+struct old_env {
+    bool on;
+    explicit old_env(bool o) : on(o)
+    {
+        if (on)
+            setenv("QSPEC_GDN_SMEM_OLD", "1", 1);
+    }
+    ~old_env()
+    {
+        if (on)
+            unsetenv("QSPEC_GDN_SMEM_OLD");
+    }
+};
 
 unsigned blocks(size_t n)
 {
@@ -650,20 +692,21 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    for (int mma : {qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem}) {
-        if (mma == qc::kGdnMmaBf16Smem && g_skip_smem)
-            continue;
+    for (timed_row row : timed_rows({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem})) {
+        int mma = row.mma;
+        old_env env(row.old);
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, o,
                                      ht, 0);
         });
         bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
         CHECK_CUDA(cudaDeviceSynchronize());
-        printf(
-            "time gdn_fwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms %.5f  "
-            "ht rrms %.5f\n",
-            kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
-            flop / (med * 1e-3) / 1e12, dev_rrms(of, oref, nv), dev_rrms(ht, htref, ns));
+        printf("time gdn_fwd chunk-%-9s%s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms "
+               "%.5f  "
+               "ht rrms %.5f\n",
+               kMmaName[mma], row.old ? "-old" : "", (long long)hv, (long long)nseq,
+               (long long)seq_t, med, flop / (med * 1e-3) / 1e12, dev_rrms(of, oref, nv),
+               dev_rrms(ht, htref, ns));
         fflush(stdout);
     }
     qc::gdn_chunk_plan_free(&plan);
@@ -729,9 +772,9 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem}) {
-        if (mma == qc::kGdnMmaBf16Smem && g_skip_smem)
-            continue;
+    for (timed_row row : timed_rows({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem})) {
+        int mma = row.mma;
+        old_env env(row.old);
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
                                      nullptr, dq, dk, dv, dg, db, dh0, 0);
@@ -746,9 +789,9 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                 CHECK_CUDA(
                     cudaMemcpy(ref[3 + a], f32[a], nref[3 + a] * 4, cudaMemcpyDeviceToDevice));
         CHECK_CUDA(cudaDeviceSynchronize());
-        printf("time gdn_bwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s",
-               kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
-               flop / (med * 1e-3) / 1e12);
+        printf("time gdn_bwd chunk-%-9s%s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s",
+               kMmaName[mma], row.old ? "-old" : "", (long long)hv, (long long)nseq,
+               (long long)seq_t, med, flop / (med * 1e-3) / 1e12);
         if (mma != qc::kGdnMmaTf32x3) {
             const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
             const float *got[6] = {wide[0], wide[1], wide[2], dg, db, dh0};
@@ -783,11 +826,17 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    const char *old = getenv("QSPEC_GDN_SMEM_OLD");
+    const char *lw = getenv("QSPEC_GDN_LEAN_WARPS");
+    printf("chunk-bf16-smem: %s serial kernels (QSPEC_GDN_SMEM_OLD=%s, QSPEC_GDN_LEAN_WARPS=%s)\n",
+           old && old[0] == '1' ? "the earlier (state_fast, dstate_fast)" : "the lean",
+           old ? old : "unset", lw ? lw : "unset");
     bool timing = true, fwd = true, bwd = true;
     for (int i = 1; i < argc; i++) {
         timing = timing && strcmp(argv[i], "--no-timing") != 0;
         g_skip_smem = g_skip_smem || strcmp(argv[i], "--skip-smem") == 0;
         g_profile = g_profile || strcmp(argv[i], "--profile") == 0;
+        g_smem_both = g_smem_both || strcmp(argv[i], "--smem-both") == 0;
         fwd = fwd && strcmp(argv[i], "--bwd-only") != 0;
         bwd = bwd && strcmp(argv[i], "--fwd-only") != 0;
     }
@@ -800,6 +849,13 @@ int main(int argc, char **argv)
     }
     qs_ctx *ctx = qs_ctx_new();
     checks(ctx);
+    if (!g_skip_smem && !getenv("QSPEC_GDN_LEAN_WARPS") && !getenv("QSPEC_GDN_SMEM_OLD")) {
+        /* the checks' problems are small, so they take 4 warps: the 8-warp kernels too */
+        printf("checks again with QSPEC_GDN_LEAN_WARPS=8\n");
+        setenv("QSPEC_GDN_LEAN_WARPS", "8", 1);
+        checks(ctx);
+        unsetenv("QSPEC_GDN_LEAN_WARPS");
+    }
     qs_ctx_free(ctx);
     printf("gdn_bench: checks: %d failing\n", g_fail);
     fflush(stdout);
