@@ -15,7 +15,7 @@
  * tensor-core matmuls, FP32-accurate, claiming the case's tolerance), `chunk-bf16` (the
  * same with BF16 operands, as upstream kernels round them) or `chunk-bf16-smem` (the
  * BF16-staged kernels for BF16 requests with dk = dv = 128, on BF16 device arrays; other
- * requests take chunk-bf16). The chunked backward's dq̂, dk̂ per value head come back to
+ * requests take chunk). The chunked backward's dq̂, dk̂ per value head come back to
  * qk_kernel here for the GVA sum and the l2norm backward. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
@@ -430,16 +430,17 @@ gdn_path gdn_path_selected()
     return sel;
 }
 
-/* The chunk kernels' operand precision for a request on a chunked path: the BF16-staged
- * kernels need BF16 values and dk = dv = 128 (their tiles), else BF16 operands on FP32
- * arrays. */
+/* The chunk kernels' operand precision for a request on a chunked path. chunk-bf16-smem:
+ * the BF16-staged kernels where they apply (BF16 values, dk = dv = 128: their tiles), and
+ * the FP32-accurate TF32x3 kernels elsewhere, whose error fits the FP32 tolerances of
+ * [ATTN-TOL] that BF16 operands do not. */
 int chunk_mma(gdn_path path, const qs_gdn_params &p)
 {
-    if (path == kPathChunk)
-        return kGdnMmaTf32x3;
+    if (path == kPathChunkBf16)
+        return kGdnMmaBf16;
     if (path == kPathChunkSmem && p.dtype == QS_BF16 && p.dk == 128 && p.dv == 128)
         return kGdnMmaBf16Smem;
-    return kGdnMmaBf16;
+    return kGdnMmaTf32x3;
 }
 
 /* FP32 values to BF16 (round to nearest even; exact for values of the dtype) and back. */
@@ -574,6 +575,17 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
                                 nullptr, dvb.p, dg.p, dbeta.p, dh0.p, 0);
         if (err == cudaSuccess)
             err = widen_bf16(dvb, dv);
+        if (err == cudaSuccess && gdn_chunk_dqk_bf16(mma) && nhk) {
+            /* the per-value-head dq̂, dk̂ came as BF16: widened (through a copy) into the FP32
+             * layout qk_kernel reads */
+            dbuf<float> wide;
+            err = wide.alloc(2 * nhk);
+            if (err == cudaSuccess) {
+                from_bf16_kernel<<<conv_blocks(2 * nhk), 256>>>(
+                    reinterpret_cast<const __nv_bfloat16 *>(plan.dqk), wide.p, 2 * nhk);
+                err = cudaMemcpy(plan.dqk, wide.p, 2 * nhk * sizeof(float), cudaMemcpyDeviceToDevice);
+            }
+        }
         if (err == cudaSuccess)
             err = cudaDeviceSynchronize();
     } else if (err == cudaSuccess) {

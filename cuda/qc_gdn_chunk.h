@@ -53,6 +53,9 @@ struct gdn_chunk_plan {
     float *dqk = nullptr; /* backward: [2][tokens][hv][dk] dq̂ then dk̂ of each value head */
 };
 
+/* Whether a backward with mma leaves plan.dqk in BF16 ([2][tokens][hv][128]) rather than
+ * FP32 (gdn_chunk_bwd with dq and dk NULL). */
+bool gdn_chunk_dqk_bf16(int mma);
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);
 /* Builds plan from the host cu_seqlens (NULL: dense) and allocates its device memory. */
