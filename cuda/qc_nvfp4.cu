@@ -339,11 +339,16 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
             if (do_row) {
                 *reinterpret_cast<uint32_t *>(a.row.data + e0 / 2) = w;
                 if (!k2d) { /* the row's four scales of this tile, one word */
-                    int l0 = lane & ~7;
-                    uint32_t s4 = __shfl_sync(kFull, sc, l0) |
-                                  (__shfl_sync(kFull, sc, l0 + 2) << 8) |
-                                  (__shfl_sync(kFull, sc, l0 + 4) << 16) |
-                                  (__shfl_sync(kFull, sc, l0 + 6) << 24);
+                    uint32_t s4;
+                    if (A == 3) { /* lanes 8i: sc of lanes 8i, 8i+2, then 8i+4, 8i+6 */
+                        uint32_t s2 = sc | (__shfl_down_sync(kFull, sc, 2) << 8);
+                        s4 = s2 | (__shfl_down_sync(kFull, s2, 4) << 16);
+                    } else {
+                        int l0 = lane & ~7;
+                        s4 = __shfl_sync(kFull, sc, l0) | (__shfl_sync(kFull, sc, l0 + 2) << 8) |
+                             (__shfl_sync(kFull, sc, l0 + 4) << 16) |
+                             (__shfl_sync(kFull, sc, l0 + 6) << 24);
+                    }
                     if (c == 0)
                         *reinterpret_cast<uint32_t *>(static_cast<uint8_t *>(a.row.scale) +
                                                       m * (K / 16) + k0 / 16) = s4;

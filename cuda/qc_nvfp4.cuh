@@ -135,8 +135,8 @@ __host__ __device__ __forceinline__ uint32_t e2m1_rne_minmax(float v)
     uint32_t e = bits_of(y) >> 23;
     e = e > 127u ? e : 127u;
     uint32_t magic = e * 0x800002u + 0x0AFFFF02u; /* (e + 22) << 23 | 2(e - 127) */
-    uint32_t s = bits_of(add_rn(y, from_bits(magic)));
-    return (s & 7u) | ((bits_of(t) >> 28) & 8u);
+    uint32_t s = bits_of(add_rn(y, from_bits(magic))), sh = bits_of(t) >> 28;
+    return sh ^ ((sh ^ s) & 7u); /* (s & 7) | (sh & 8): one LOP3 */
 }
 
 /* [FMT-ROUND-SR] E2M1, satfinite: with |v| = (n + r) * q, q the quantum of its binade
@@ -196,8 +196,8 @@ __host__ __device__ __forceinline__ uint32_t e2m1_sr_minmax(float v, uint32_t u)
 #else
     uint32_t r32 = static_cast<uint32_t>(scaled);
 #endif
-    uint32_t up = r32 + u < u;
-    return ((bits_of(s) + up) & 7u) | ((bits_of(t) >> 28) & 8u);
+    uint32_t up = r32 + u < u, sh = bits_of(t) >> 28;
+    return sh ^ ((sh ^ (bits_of(s) + up)) & 7u);
 }
 
 /* [REC-NV-ELEM] [REC-NV-SR]: the element code, with the stream's word when sr is on. */
@@ -447,11 +447,17 @@ template <> struct variant<0> {
         float f = mul_rn(g.enc, div_rn(1.0f, 6.0f));
         return enc_sat<0>(fmin_c(mul_rn(b, f), kFltMax));
     }
-    /* block_scale with fl(1/6) as a constant: the same codes. */
+    /* block_scale with fl(1/6) as a constant, fmin_c as FMNMX (which too yields FLT_MAX for
+     * a NaN) and, as its operand is then finite, enc_sat's conversion alone: the same codes. */
     static __host__ __device__ uint32_t block_scale_k(float b, const global &g)
     {
         float f = mul_rn(g.enc, from_bits(kSixthBits));
-        return enc_sat<0>(fmin_c(mul_rn(b, f), kFltMax));
+        float s = fmin_num(mul_rn(b, f), kFltMax);
+#ifdef __CUDA_ARCH__
+        return __nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3);
+#else
+        return enc_sat<0>(s);
+#endif
     }
     /* [REC-NV-ELEM]: r = fminf(1 / (d * S_dec), FLT_MAX). */
     static __host__ __device__ float factor(uint32_t code, const global &g)
