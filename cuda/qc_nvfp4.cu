@@ -79,6 +79,17 @@ template <int V, int A> __device__ __forceinline__ uint32_t block_scale_a(float 
     return A == 3 ? variant<V>::block_scale_k(b, g) : variant<V>::block_scale(b, g);
 }
 
+/* [REC-NV-ELEM] the value handed to the encoder by build A: build 3 leaves out torchao's
+ * clamp to [-6, 6], which its encoders (e2m1_rne_minmax, e2m1_sr_minmax) make themselves:
+ * beyond +-6 both give the code of +-6, a NaN stays a NaN; the same codes. */
+template <int V, int A>
+__device__ __forceinline__ float value_a(float x, float f, const global &g)
+{
+    if (V == 1 && A == 3)
+        return g.dec == 0.0f ? 0.0f : mul_rn(x, f);
+    return variant<V>::value(x, f, g);
+}
+
 /* [REC-AMAX] of n values as bits (NaN ignored, -0 as +0) by build A: the unsigned maximum
  * of abs_bits, or (build 3) fmaxf of |v| from +0, one FMNMX a value (a NaN operand yields
  * the other; for the rest the order of non-negative floats is that of their bits;
@@ -142,7 +153,7 @@ __device__ __forceinline__ uint32_t encode8(const float v[8], float f, const glo
     uint32_t w = 0;
 #pragma unroll
     for (int e = 0; e < 8; e++)
-        w |= e2m1_fast<A>(variant<V>::value(v[e], f, g), a.sr, u[e]) << (4 * e);
+        w |= e2m1_fast<A>(value_a<V, A>(v[e], f, g), a.sr, u[e]) << (4 * e);
     return w;
 }
 
@@ -160,7 +171,7 @@ __device__ __forceinline__ uint64_t encode16(const float v[16], float f, const g
     uint64_t w = 0;
 #pragma unroll
     for (int e = 0; e < 16; e++)
-        w |= static_cast<uint64_t>(e2m1_fast<A>(variant<V>::value(v[e], f, g), a.sr, u[e]))
+        w |= static_cast<uint64_t>(e2m1_fast<A>(value_a<V, A>(v[e], f, g), a.sr, u[e]))
              << (4 * e);
     return w;
 }

@@ -120,6 +120,19 @@ __host__ __device__ __forceinline__ float fmin_num(float a, float b)
 #endif
 }
 
+/* (s & 7) | (sh & ~7): one LOP3 on the device (the compiler otherwise splits the select in
+ * two when it knows sh < 16). */
+__host__ __device__ __forceinline__ uint32_t low3_select(uint32_t sh, uint32_t s)
+{
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xD8;" : "=r"(r) : "r"(sh), "r"(s), "r"(7u)); /* (b & c) | (a & ~c) */
+    return r;
+#else
+    return (s & 7u) | (sh & ~7u);
+#endif
+}
+
 /* [FMT-E2M1] e2m1_rne by the magic-number add of e2m1_rne_magic with the clamps done by two
  * FP32 minimums: y = min(|v|, 6) (+-Inf and NaN give 6, code 7, so no upper clamp is needed)
  * and t = min(v, 6), whose sign is v's except for a NaN (+6): the code's sign. The magic
@@ -136,7 +149,7 @@ __host__ __device__ __forceinline__ uint32_t e2m1_rne_minmax(float v)
     e = e > 127u ? e : 127u;
     uint32_t magic = e * 0x800002u + 0x0AFFFF02u; /* (e + 22) << 23 | 2(e - 127) */
     uint32_t s = bits_of(add_rn(y, from_bits(magic))), sh = bits_of(t) >> 28;
-    return sh ^ ((sh ^ s) & 7u); /* (s & 7) | (sh & 8): one LOP3 */
+    return low3_select(sh, s); /* sh < 16: (s & 7) | (sh & 8) */
 }
 
 /* [FMT-ROUND-SR] E2M1, satfinite: with |v| = (n + r) * q, q the quantum of its binade
@@ -197,7 +210,7 @@ __host__ __device__ __forceinline__ uint32_t e2m1_sr_minmax(float v, uint32_t u)
     uint32_t r32 = static_cast<uint32_t>(scaled);
 #endif
     uint32_t up = r32 + u < u, sh = bits_of(t) >> 28;
-    return sh ^ ((sh ^ (bits_of(s) + up)) & 7u);
+    return low3_select(sh, bits_of(s) + up);
 }
 
 /* [REC-NV-ELEM] [REC-NV-SR]: the element code, with the stream's word when sr is on. */
