@@ -82,8 +82,7 @@ template <int V, int A> __device__ __forceinline__ uint32_t block_scale_a(float 
 /* [REC-NV-ELEM] the value handed to the encoder by build A: build 3 leaves out torchao's
  * clamp to [-6, 6], which its encoders (e2m1_rne_minmax, e2m1_sr_minmax) make themselves:
  * beyond +-6 both give the code of +-6, a NaN stays a NaN; the same codes. */
-template <int V, int A>
-__device__ __forceinline__ float value_a(float x, float f, const global &g)
+template <int V, int A> __device__ __forceinline__ float value_a(float x, float f, const global &g)
 {
     if (V == 1 && A == 3)
         return g.dec == 0.0f ? 0.0f : mul_rn(x, f);
@@ -171,8 +170,7 @@ __device__ __forceinline__ uint64_t encode16(const float v[16], float f, const g
     uint64_t w = 0;
 #pragma unroll
     for (int e = 0; e < 16; e++)
-        w |= static_cast<uint64_t>(e2m1_fast<A>(value_a<V, A>(v[e], f, g), a.sr, u[e]))
-             << (4 * e);
+        w |= static_cast<uint64_t>(e2m1_fast<A>(value_a<V, A>(v[e], f, g), a.sr, u[e])) << (4 * e);
     return w;
 }
 
@@ -345,8 +343,7 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
             int64_t m = m0 + r, e0 = m * K + k0 + 8 * c;
             uint32_t sc = block_scale_a<V, A>(from_bits(am[j]), grow);
             uint32_t w = encode8<V, A>(v[j], kTab ? ftab[0][sc] : variant<V>::factor(sc, grow),
-                                       grow, a, a.offset,
-                                       static_cast<uint64_t>(e0));
+                                       grow, a, a.offset, static_cast<uint64_t>(e0));
             if (do_row) {
                 *reinterpret_cast<uint32_t *>(a.row.data + e0 / 2) = w;
                 if (!k2d) { /* the row's four scales of this tile, one word */

@@ -126,7 +126,9 @@ __host__ __device__ __forceinline__ uint32_t low3_select(uint32_t sh, uint32_t s
 {
 #ifdef __CUDA_ARCH__
     uint32_t r;
-    asm("lop3.b32 %0, %1, %2, %3, 0xD8;" : "=r"(r) : "r"(sh), "r"(s), "r"(7u)); /* (b & c) | (a & ~c) */
+    asm("lop3.b32 %0, %1, %2, %3, 0xD8;"
+        : "=r"(r)
+        : "r"(sh), "r"(s), "r"(7u)); /* LUT (b & c) | (a & ~c) */
     return r;
 #else
     return (s & 7u) | (sh & ~7u);
