@@ -6,7 +6,10 @@
  *  - E2M1 stochastic: the same BF16 floats and neighbourhoods, each with the bits on either
  *    side of its own boundary, 0, 1, 2^31, 2^32-1 and random bits; stride-th floats with
  *    random bits;
- *  - the fast path's e2m1_rne_magic against e2m1_rne on all 2^32 floats;
+ *  - the fast path's e2m1_rne_magic and e2m1_rne_minmax against e2m1_rne on all 2^32
+ *    floats; with a CUDA device, on the device too: e2m1_rne_minmax (whose FMNMX takes a
+ *    NaN operand as missing), build 3's amax (fmaxf of |v|) against abs_bits and
+ *    round_bf16_pair against round_bf16, each on all 2^32 floats;
  *  - E4M3 decoding of all 256 codes; BF16 rounding at and around every halfway pattern;
  *  - Philox4x32-10 and the stream mapping on 2^18 random (seed, offset, index) triples;
  *  - the 16-point Hadamard transform on 2^16 random BF16 groups (specials, cancellation,
@@ -113,6 +116,9 @@ void check_sr_one(uint32_t b, uint32_t u)
 {
     float v = qc::from_bits(b);
     uint32_t want = ref_e2m1(v, QS_ROUND_SR, u), got = e2m1_sr(v, u);
+    if (e2m1_sr_minmax(v, u) != want)
+        fail("e2m1 sr minmax", "", (static_cast<uint64_t>(u) << 32) | b, want,
+             e2m1_sr_minmax(v, u));
     if (want != got)
         fail("e2m1 sr", "", (static_cast<uint64_t>(u) << 32) | b, want, got);
 }
@@ -145,17 +151,110 @@ void check_e2m1(uint64_t stride)
     }
 }
 
-/* The magic-number encoder against the threshold one on every FP32 pattern. */
+/* The magic-number encoders against the threshold one on every FP32 pattern. */
 void check_e2m1_magic()
 {
-    uint64_t bad = 0;
+    uint64_t bad = 0, bad2 = 0;
     for (uint64_t b = 0; b < (1ull << 32); b++) {
         float v = qc::from_bits(static_cast<uint32_t>(b));
-        uint32_t want = e2m1_rne(v), got = e2m1_rne_magic(v);
+        uint32_t want = e2m1_rne(v), got = e2m1_rne_magic(v), got2 = e2m1_rne_minmax(v);
         if (want != got && bad++ < 8)
             fail("e2m1 rne magic", "", b, want, got);
+        if (want != got2 && bad2++ < 8)
+            fail("e2m1 rne minmax", "", b, want, got2);
     }
     g_fail += bad > 8 ? static_cast<long>(bad - 8) : 0;
+    g_fail += bad2 > 8 ? static_cast<long>(bad2 - 8) : 0;
+}
+
+constexpr int kB3 = 5;
+
+/* The floor(r * 2^32) of e2m1_sr for |v| below 6 (its own arithmetic). */
+__host__ __device__ inline uint32_t sr_r32(uint32_t a)
+{
+    int field = static_cast<int>(a >> 23);
+    uint32_t sig = field ? (a & 0x7FFFFFu) | 0x800000u : a;
+    int ex = field ? field - 127 : -126, e = ex > 0 ? ex : 0, sh = 22 + e - ex;
+    return static_cast<uint32_t>(sh < 64 ? (static_cast<uint64_t>(sig) << 32) >> sh : 0);
+}
+
+/* The device halves of build 3's arithmetic, on every FP32 pattern u (v its float): bad[0]
+ * counts the u where e2m1_rne_minmax differs from e2m1_rne, bad[1] where fmaxf(+0, |v|)
+ * differs from abs_bits, bad[2] where round_bf16_pair (v, and u with its low half-word
+ * inverted, as the pair) differs from round_bf16, bad[3] where e2m1_sr_minmax differs from
+ * e2m1_sr with a hashed word and with the two words at v's rounding boundary, bad[4] (every
+ * 64th u) where random4_wide differs from random4; first[i] is one such u. */
+__global__ void build3_device(unsigned long long *bad, uint32_t *first)
+{
+    uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+    for (uint64_t u = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+         u < (1ull << 32); u += stride) {
+        uint32_t b = static_cast<uint32_t>(u), b2 = b ^ 0x0000FFFFu;
+        float v = qc::from_bits(b), v2 = qc::from_bits(b2);
+        bool d[kB3];
+        d[0] = e2m1_rne_minmax(v) != e2m1_rne(v);
+        d[1] = qc::bits_of(fmaxf(0.0f, fabsf(v))) != qc::abs_bits(v);
+        float r, r2;
+        round_bf16_pair(v, v2, r, r2);
+        d[2] = qc::bits_of(r) != qc::bits_of(round_bf16(v)) ||
+               qc::bits_of(r2) != qc::bits_of(round_bf16(v2));
+        uint32_t h = b * 0x9E3779B9u ^ (b >> 15) * 0x85EBCA6Bu, a = b & 0x7FFFFFFFu;
+        uint32_t ub = a < 0x40C00000u ? 0u - sr_r32(a) : h; /* 2^32 - r32 */
+        d[3] = e2m1_sr_minmax(v, h) != e2m1_sr(v, h) || e2m1_sr_minmax(v, ub) != e2m1_sr(v, ub) ||
+               e2m1_sr_minmax(v, ub - 1u) != e2m1_sr(v, ub - 1u);
+        d[4] = false;
+        if ((b & 63u) == 0) {
+            uint32_t w[4], w2[4];
+            uint64_t seed = (static_cast<uint64_t>(h) << 32) | b, off = ~seed * 3u;
+            random4(seed, off, seed ^ (off >> 7), w);
+            random4_wide(seed, off, seed ^ (off >> 7), w2);
+            d[4] = w[0] != w2[0] || w[1] != w2[1] || w[2] != w2[2] || w[3] != w2[3];
+        }
+        for (int i = 0; i < kB3; i++)
+            if (d[i] && atomicAdd(&bad[i], 1ull) == 0)
+                first[i] = b;
+    }
+}
+
+void check_build3_device()
+{
+    if (qc::bits_of(qc::div_rn(1.0f, 6.0f)) != kSixthBits)
+        fail("fl(1/6)", "", 6, kSixthBits, qc::bits_of(qc::div_rn(1.0f, 6.0f)));
+    if (!qc_check_have_device()) {
+        printf("check_arith: nvfp4: no CUDA device, build 3's device checks skipped\n");
+        return;
+    }
+    unsigned long long *dbad = nullptr;
+    uint32_t *dfirst = nullptr;
+    if (cudaMalloc(&dbad, kB3 * sizeof *dbad) != cudaSuccess ||
+        cudaMalloc(&dfirst, kB3 * sizeof *dfirst) != cudaSuccess ||
+        cudaMemset(dbad, 0, kB3 * sizeof *dbad) != cudaSuccess) {
+        fail("build 3 device", "cudaMalloc failed", 0, 0, 0);
+        cudaFree(dbad);
+        return;
+    }
+    build3_device<<<4096, 256>>>(dbad, dfirst);
+    unsigned long long bad[kB3] = {};
+    uint32_t first[kB3] = {};
+    cudaError_t err = cudaMemcpy(bad, dbad, sizeof bad, cudaMemcpyDeviceToHost);
+    if (err == cudaSuccess)
+        err = cudaMemcpy(first, dfirst, sizeof first, cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess)
+        fail("build 3 device", cudaGetErrorString(err), 0, 0, 0);
+    const char *what[kB3] = {"device e2m1 rne minmax", "device fmaxf amax",
+                             "device round_bf16_pair", "device e2m1 sr minmax",
+                             "device random4_wide"};
+    for (int i = 0; i < kB3; i++)
+        if (bad[i]) {
+            fail(what[i], "", first[i], 0, 0);
+            g_fail += static_cast<long>(bad[i] - 1);
+        }
+    printf("check_arith: nvfp4: build 3 on the device, all 2^32 floats: %llu, %llu, %llu, %llu, "
+           "%llu mismatches (e2m1 rne minmax, fmaxf amax, bf16 pair, e2m1 sr minmax, philox "
+           "wide)\n",
+           bad[0], bad[1], bad[2], bad[3], bad[4]);
+    cudaFree(dbad);
+    cudaFree(dfirst);
 }
 
 /* ---------------------------------------------------------------- E4M3, BF16, Philox */
@@ -566,6 +665,7 @@ inline long qc_check_nvfp4(uint64_t stride)
     clock_t t0 = clock();
     check_e2m1(stride);
     check_e2m1_magic();
+    check_build3_device();
     check_e4m3_bf16(stride);
     check_philox();
     check_rht();

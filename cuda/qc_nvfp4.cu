@@ -10,12 +10,16 @@
  * or not); those codes leave through shared memory as 64-byte rows of x^T. 2-D tiles: the
  * 16x16 amax by shared atomics, the columnwise codes the rowwise nibbles transposed.
  *
- * The fast path's arithmetic comes in three builds with the same outputs (qc_nvfp4_arith):
+ * The fast path's arithmetic comes in four builds with the same outputs (qc_nvfp4_arith):
  * 0, the generic kernels' own functions (E2M1 by threshold compares, the transform in the
  * reference's order); 1, e2m1_rne_magic and rht16_butterfly; 2 (the default), e2m1_rne_magic
  * with the transform in the reference's order. On an H100 (2026-12-05, docs/perf.md) the
  * magic encode made the rows without the transform 10 to 24% faster and the butterfly made
- * those with it slower.
+ * those with it slower. 3 (round 3, fewer instructions an element): e2m1_rne_minmax (the
+ * magic add with FMNMX clamps, about 8 instructions against 14), every amax by fmaxf of
+ * |v| (one FMNMX a value against four), the block factors (a correctly rounded division
+ * each) read from a shared table of all 256 scale codes computed once a thread block, and
+ * the transform's BF16 rounding by the two-at-a-time conversion (rht16_cvt).
  *
  * Generic path (any shape): one thread per scale code, then one per data byte, calling
  * scale_entry() and data_byte(), which cuda/check_arith.cu runs against the reference. */
@@ -44,8 +48,18 @@ enum { MODE_1D = 0, MODE_RHT = 1, MODE_2D = 2 };
 template <int A> __device__ __forceinline__ uint32_t e2m1_fast(float v, int sr, uint32_t u)
 {
     if (sr)
-        return e2m1_sr(v, u);
-    return A ? e2m1_rne_magic(v) : e2m1_rne(v);
+        return A == 3 ? e2m1_sr_minmax(v, u) : e2m1_sr(v, u);
+    return A == 3 ? e2m1_rne_minmax(v) : A ? e2m1_rne_magic(v) : e2m1_rne(v);
+}
+
+/* [RNG-STREAM] words 4 blk .. 4 blk + 3 by build A (the same words). */
+template <int A>
+__device__ __forceinline__ void rand4(uint64_t seed, uint64_t offset, uint64_t blk, uint32_t w[4])
+{
+    if (A == 3)
+        random4_wide(seed, offset, blk, w);
+    else
+        random4(seed, offset, blk, w);
 }
 
 /* [REC-NV-RHT] on one group of BF16 values by arithmetic build A (the same values). */
@@ -53,8 +67,46 @@ template <int A> __device__ __forceinline__ void rht16_fast(const float v[16], f
 {
     if (A == 1)
         rht16_butterfly(v, w);
+    else if (A == 3)
+        rht16_cvt(v, w);
     else
         rht16(v, w);
+}
+
+/* [REC-NV-SCALE] by build A: build 3 with te's fl(1/6) as a constant (the same codes). */
+template <int V, int A> __device__ __forceinline__ uint32_t block_scale_a(float b, const global &g)
+{
+    return A == 3 ? variant<V>::block_scale_k(b, g) : variant<V>::block_scale(b, g);
+}
+
+/* [REC-NV-ELEM] the value handed to the encoder by build A: build 3 leaves out torchao's
+ * clamp to [-6, 6], which its encoders (e2m1_rne_minmax, e2m1_sr_minmax) make themselves:
+ * beyond +-6 both give the code of +-6, a NaN stays a NaN; the same codes. */
+template <int V, int A> __device__ __forceinline__ float value_a(float x, float f, const global &g)
+{
+    if (V == 1 && A == 3)
+        return g.dec == 0.0f ? 0.0f : mul_rn(x, f);
+    return variant<V>::value(x, f, g);
+}
+
+/* [REC-AMAX] of n values as bits (NaN ignored, -0 as +0) by build A: the unsigned maximum
+ * of abs_bits, or (build 3) fmaxf of |v| from +0, one FMNMX a value (a NaN operand yields
+ * the other; for the rest the order of non-negative floats is that of their bits;
+ * cuda/check_arith.cu compares the two on all 2^32 inputs on the device). */
+template <int A, int N> __device__ __forceinline__ uint32_t amax_bits_of(const float *v)
+{
+    if (A == 3) {
+        float m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            m = fmaxf(m, fabsf(v[i]));
+        return bits_of(m);
+    }
+    uint32_t m = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        m = max_u32(m, abs_bits(v[i]));
+    return m;
 }
 
 struct fast_args {
@@ -94,13 +146,13 @@ __device__ __forceinline__ uint32_t encode8(const float v[8], float f, const glo
 {
     uint32_t u[8] = {};
     if (a.sr) {
-        random4(a.seed, stream, i0 / 4, u);
-        random4(a.seed, stream, i0 / 4 + 1, u + 4);
+        rand4<A>(a.seed, stream, i0 / 4, u);
+        rand4<A>(a.seed, stream, i0 / 4 + 1, u + 4);
     }
     uint32_t w = 0;
 #pragma unroll
     for (int e = 0; e < 8; e++)
-        w |= e2m1_fast<A>(variant<V>::value(v[e], f, g), a.sr, u[e]) << (4 * e);
+        w |= e2m1_fast<A>(value_a<V, A>(v[e], f, g), a.sr, u[e]) << (4 * e);
     return w;
 }
 
@@ -113,13 +165,12 @@ __device__ __forceinline__ uint64_t encode16(const float v[16], float f, const g
     if (a.sr) {
 #pragma unroll
         for (int q = 0; q < 4; q++)
-            random4(a.seed, stream, i0 / 4 + q, u + 4 * q);
+            rand4<A>(a.seed, stream, i0 / 4 + q, u + 4 * q);
     }
     uint64_t w = 0;
 #pragma unroll
     for (int e = 0; e < 16; e++)
-        w |= static_cast<uint64_t>(e2m1_fast<A>(variant<V>::value(v[e], f, g), a.sr, u[e]))
-             << (4 * e);
+        w |= static_cast<uint64_t>(e2m1_fast<A>(value_a<V, A>(v[e], f, g), a.sr, u[e])) << (4 * e);
     return w;
 }
 
@@ -160,7 +211,7 @@ __device__ __forceinline__ void col_block(const float (*xs)[kTK], int b, int k, 
 }
 
 /* [REC-AMAX] of x into both words (the columnwise copy quantizes the same values). */
-template <int DT>
+template <int DT, int A>
 __global__ void __launch_bounds__(kThreads)
     amax_vec(const void *x, int64_t nchunk, uint32_t *amax_bits)
 {
@@ -181,9 +232,7 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
         for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                a = max_u32(a, abs_bits(v[u][e]));
+            a = max_u32(a, amax_bits_of<A, 8>(v[u]));
     }
     a = block_max(a, part);
     if (threadIdx.x == 0 && a) {
@@ -205,18 +254,14 @@ template <int A> __global__ void __launch_bounds__(kThreads) amax_rht_tile(fast_
     uint32_t raw = 0, tr = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            raw = max_u32(raw, abs_bits(v[j][e]));
+        raw = max_u32(raw, amax_bits_of<A, 8>(v[j]));
     store_tile(xs, v);
     __syncthreads();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float x16[16];
         col_block<MODE_RHT, A>(xs, t / kTK + 4 * h, t % kTK, x16);
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-            tr = max_u32(tr, abs_bits(x16[i]));
+        tr = max_u32(tr, amax_bits_of<A, 16>(x16));
     }
     raw = warp_max(raw);
     tr = warp_max(tr);
@@ -243,6 +288,8 @@ template <int DT, int V, int MODE, int A>
 __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
 {
     constexpr bool k2d = MODE == MODE_2D;
+    constexpr bool kTab = A == 3; /* the block factors from a table of all 256 scale codes */
+    __shared__ float ftab[kTab ? 2 : 1][kTab ? 256 : 1];    /* [copy][code]: factor() */
     __shared__ __align__(16) float xs[k2d ? 1 : kTM][kTK];  /* the tile (1-D) */
     __shared__ uint32_t rcodes[k2d ? kTM : 1][kTK / 8];     /* 2-D rowwise codes */
     __shared__ uint32_t tamax[k2d ? kCB : 1][kTK / kBlock]; /* 2-D tile amax bits */
@@ -259,18 +306,24 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
         tamax[t / (kTK / kBlock)][t % (kTK / kBlock)] = 0;
     float v[4][8];
     load_tile<DT>(a, m0, k0, v);
+    if constexpr (kTab) { /* code t's factor for each copy (2-D: both use grow) */
+        static_assert(kThreads == 256, "one table entry a thread");
+        ftab[0][t] = variant<V>::factor(static_cast<uint32_t>(t), grow);
+        if (!k2d && do_col)
+            ftab[1][t] = variant<V>::factor(static_cast<uint32_t>(t),
+                                            variant<V>::tensor(from_bits(a.amax_bits[1])));
+    }
     if (!k2d && do_col)
         store_tile(xs, v);
+    if (kTab && !k2d)
+        __syncthreads(); /* 2-D: the tile amax's first barrier comes before any use */
 
     /* The rowwise copy (and, 2-D, the codes the columnwise copy transposes). */
     if (do_row || k2d) {
         uint32_t am[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            am[j] = 0;
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                am[j] = max_u32(am[j], abs_bits(v[j][e]));
+            am[j] = amax_bits_of<A, 8>(v[j]);
             am[j] = max_u32(am[j], __shfl_xor_sync(kFull, am[j], 1)); /* the 1x16 block */
         }
         if (k2d) { /* the 16x16 tile: 16 rows of 1x16 blocks */
@@ -288,17 +341,22 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
         for (int j = 0; j < 4; j++) {
             int r = t / 8 + 32 * j;
             int64_t m = m0 + r, e0 = m * K + k0 + 8 * c;
-            uint32_t sc = variant<V>::block_scale(from_bits(am[j]), grow);
-            uint32_t w = encode8<V, A>(v[j], variant<V>::factor(sc, grow), grow, a, a.offset,
-                                       static_cast<uint64_t>(e0));
+            uint32_t sc = block_scale_a<V, A>(from_bits(am[j]), grow);
+            uint32_t w = encode8<V, A>(v[j], kTab ? ftab[0][sc] : variant<V>::factor(sc, grow),
+                                       grow, a, a.offset, static_cast<uint64_t>(e0));
             if (do_row) {
                 *reinterpret_cast<uint32_t *>(a.row.data + e0 / 2) = w;
                 if (!k2d) { /* the row's four scales of this tile, one word */
-                    int l0 = lane & ~7;
-                    uint32_t s4 = __shfl_sync(kFull, sc, l0) |
-                                  (__shfl_sync(kFull, sc, l0 + 2) << 8) |
-                                  (__shfl_sync(kFull, sc, l0 + 4) << 16) |
-                                  (__shfl_sync(kFull, sc, l0 + 6) << 24);
+                    uint32_t s4;
+                    if (A == 3) { /* lanes 8i: sc of lanes 8i, 8i+2, then 8i+4, 8i+6 */
+                        uint32_t s2 = sc | (__shfl_down_sync(kFull, sc, 2) << 8);
+                        s4 = s2 | (__shfl_down_sync(kFull, s2, 4) << 16);
+                    } else {
+                        int l0 = lane & ~7;
+                        s4 = __shfl_sync(kFull, sc, l0) | (__shfl_sync(kFull, sc, l0 + 2) << 8) |
+                             (__shfl_sync(kFull, sc, l0 + 4) << 16) |
+                             (__shfl_sync(kFull, sc, l0 + 6) << 24);
+                    }
                     if (c == 0)
                         *reinterpret_cast<uint32_t *>(static_cast<uint8_t *>(a.row.scale) +
                                                       m * (K / 16) + k0 / 16) = s4;
@@ -310,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
         if (k2d && do_row && t < kCB) { /* tile row t: four scales */
             uint32_t s4 = 0;
             for (int b = 0; b < kTK / kBlock; b++)
-                s4 |= variant<V>::block_scale(from_bits(tamax[t][b]), grow) << (8 * b);
+                s4 |= block_scale_a<V, A>(from_bits(tamax[t][b]), grow) << (8 * b);
             *reinterpret_cast<uint32_t *>(static_cast<uint8_t *>(a.row.scale) +
                                           (m0 / 16 + t) * (K / 16) + k0 / 16) = s4;
         }
@@ -318,7 +376,7 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
             int b = t - 32;
             uint64_t s8 = 0;
             for (int i = 0; i < kCB; i++)
-                s8 |= static_cast<uint64_t>(variant<V>::block_scale(from_bits(tamax[i][b]), grow))
+                s8 |= static_cast<uint64_t>(block_scale_a<V, A>(from_bits(tamax[i][b]), grow))
                       << (8 * i);
             *reinterpret_cast<uint64_t *>(static_cast<uint8_t *>(a.col.scale) +
                                           (k0 / 16 + b) * (M / 16) + m0 / 16) = s8;
@@ -343,13 +401,11 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(fast_args a)
         } else {
             float x16[16];
             col_block<MODE, A>(xs, b, k, x16);
-            uint32_t am = 0;
-#pragma unroll
-            for (int i = 0; i < 16; i++)
-                am = max_u32(am, abs_bits(x16[i]));
-            uint32_t sc = variant<V>::block_scale(from_bits(am), gcol);
+            uint32_t am = amax_bits_of<A, 16>(x16);
+            uint32_t sc = block_scale_a<V, A>(from_bits(am), gcol);
             uint64_t e0 = static_cast<uint64_t>((k0 + k) * M + m0 + kBlock * b);
-            w = encode16<V, A>(x16, variant<V>::factor(sc, gcol), gcol, a, a.offset + 1, e0);
+            w = encode16<V, A>(x16, kTab ? ftab[1][sc] : variant<V>::factor(sc, gcol), gcol, a,
+                               a.offset + 1, e0);
             cscale[k2d ? 0 : k][b] = static_cast<uint8_t>(sc);
         }
         ccodes[k][b] = w;
@@ -461,7 +517,7 @@ cudaError_t launch_fast(const qc_input &in, const qc_nvfp4_params &p, int rht, q
     } else {
         unsigned blocks = std::min(blocks_for(n / 8, 4 * kThreads), 4096u);
         if (measure)
-            amax_vec<DT><<<blocks, kThreads>>>(in.x, n / 8, amax_bits);
+            amax_vec<DT, A><<<blocks, kThreads>>>(in.x, n / 8, amax_bits);
         if (!encode)
             return cudaGetLastError();
         if (p.tile_2d)
@@ -479,7 +535,8 @@ cudaError_t launch(const qc_input &in, const qc_nvfp4_params &p, int rht, qc_cop
     const int64_t M = in.rows, K = in.cols, n = M * K;
     const bool measure = p.amax_mode != QC_NV_AMAX_GIVEN, encode = p.amax_mode != QC_NV_AMAX_ONLY;
     if (fast_shape(in, row, col))
-        return qc_nvfp4_arith == 2   ? launch_fast<DT, V, 2>(in, p, rht, row, col, amax_bits)
+        return qc_nvfp4_arith == 3   ? launch_fast<DT, V, 3>(in, p, rht, row, col, amax_bits)
+               : qc_nvfp4_arith == 2 ? launch_fast<DT, V, 2>(in, p, rht, row, col, amax_bits)
                : qc_nvfp4_arith == 1 ? launch_fast<DT, V, 1>(in, p, rht, row, col, amax_bits)
                                      : launch_fast<DT, V, 0>(in, p, rht, row, col, amax_bits);
     job jb = {in.x,

@@ -109,6 +109,51 @@ __host__ __device__ __forceinline__ uint32_t e2m1_rne_magic(float v)
     return ((s >> 28) & 0x8u) | (mag < 7u ? mag : 7u);
 }
 
+/* fminf where a NaN operand yields the other: the device's FMNMX (any NaN), fmin_c on the
+ * host. */
+__host__ __device__ __forceinline__ float fmin_num(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return fminf(a, b);
+#else
+    return fmin_c(a, b);
+#endif
+}
+
+/* (s & 7) | (sh & ~7): one LOP3 on the device (the compiler otherwise splits the select in
+ * two when it knows sh < 16). */
+__host__ __device__ __forceinline__ uint32_t low3_select(uint32_t sh, uint32_t s)
+{
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xD8;"
+        : "=r"(r)
+        : "r"(sh), "r"(s), "r"(7u)); /* LUT (b & c) | (a & ~c) */
+    return r;
+#else
+    return (s & 7u) | (sh & ~7u);
+#endif
+}
+
+/* [FMT-E2M1] e2m1_rne by the magic-number add of e2m1_rne_magic with the clamps done by two
+ * FP32 minimums: y = min(|v|, 6) (+-Inf and NaN give 6, code 7, so no upper clamp is needed)
+ * and t = min(v, 6), whose sign is v's except for a NaN (+6): the code's sign. The magic
+ * 2^(22+c) for y's binade c (0, 1, 2 below 2, below 4, else) carries 2c in its last bits,
+ * so y + magic, rounded to nearest even at the quantum of y's binade (the parity of the
+ * sum's last bit is that of the quanta, n), ends in the code n + 2c, at most 7. About eight
+ * instructions (FMNMX, SHF, IMNMX, IMAD, FADD, FMNMX, SHF, LOP3); the same codes as
+ * e2m1_rne for every FP32 input (cuda/check_arith.cu compares all 2^32 on the host and on
+ * the device). */
+__host__ __device__ __forceinline__ uint32_t e2m1_rne_minmax(float v)
+{
+    float y = fmin_num(fabsf(v), 6.0f), t = fmin_num(v, 6.0f);
+    uint32_t e = bits_of(y) >> 23;
+    e = e > 127u ? e : 127u;
+    uint32_t magic = e * 0x800002u + 0x0AFFFF02u; /* (e + 22) << 23 | 2(e - 127) */
+    uint32_t s = bits_of(add_rn(y, from_bits(magic))), sh = bits_of(t) >> 28;
+    return low3_select(sh, s); /* sh < 16: (s & 7) | (sh & 8) */
+}
+
 /* [FMT-ROUND-SR] E2M1, satfinite: with |v| = (n + r) * q, q the quantum of its binade
  * (0.5 below 2, then 1, 2), the magnitude goes up from n when u != 0 and
  * floor(r * 2^32) + u >= 2^32. |v| >= 6 and +-Inf give +-6, NaN +6. */
@@ -130,6 +175,44 @@ __host__ __device__ __forceinline__ uint32_t e2m1_sr(float v, uint32_t u)
     uint32_t up = u != 0 && static_cast<uint64_t>(r32) + u >= 0x100000000ull;
     uint32_t mag = (static_cast<uint32_t>(e) << 1) + n + up;
     return sign | (mag > 7u ? 7u : mag);
+}
+
+/* y + m rounded toward zero, for 0 <= y <= 6 and m in [2^22, 2^25) (the sum stays in m's
+ * binade): the device's FADD.RZ; on the host, m plus the whole ulps of m in y, which is
+ * the same sum (y / ulp is exact in double). */
+__host__ __device__ __forceinline__ float add_rz_small(float y, float m)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rz(y, m);
+#else
+    double ulp = ldexp(1.0, static_cast<int>(bits_of(m) >> 23) - 150);
+    return from_bits(bits_of(m) + static_cast<uint32_t>(floor(static_cast<double>(y) / ulp)));
+#endif
+}
+
+/* [FMT-ROUND-SR] e2m1_sr without branches or 64-bit shifts: y = min(|v|, 6) and the sign
+ * from t = min(v, 6) as in e2m1_rne_minmax; s = y + magic rounded toward zero ends in
+ * 2c + n (n = floor(y / q), q the quantum of y's binade c); the remainder y - n q is exact
+ * (both subtractions are), and scaled by 2^32 / q (exact) its truncation is floor(r * 2^32);
+ * the magnitude goes up by the carry of floor(r * 2^32) + u (which u = 0 never sets). y = 6
+ * (|v| >= 6, Inf, NaN) has remainder 0: code 7 for every u. About sixteen instructions;
+ * cuda/check_arith.cu compares it with e2m1_sr on the host and on the device. */
+__host__ __device__ __forceinline__ uint32_t e2m1_sr_minmax(float v, uint32_t u)
+{
+    float y = fmin_num(fabsf(v), 6.0f), t = fmin_num(v, 6.0f);
+    uint32_t e = bits_of(y) >> 23;
+    e = e > 127u ? e : 127u;
+    float m = from_bits(e * 0x800002u + 0x0AFFFF02u); /* as in e2m1_rne_minmax */
+    float s = add_rz_small(y, m);
+    float r = add_rn(y, -add_rn(s, -m));
+    float scaled = mul_rn(r, from_bits((287u - e) << 23)); /* r * 2^(160 - e) = r / q * 2^32 */
+#ifdef __CUDA_ARCH__
+    uint32_t r32 = __float2uint_rz(scaled);
+#else
+    uint32_t r32 = static_cast<uint32_t>(scaled);
+#endif
+    uint32_t up = r32 + u < u, sh = bits_of(t) >> 28;
+    return low3_select(sh, bits_of(s) + up);
 }
 
 /* [REC-NV-ELEM] [REC-NV-SR]: the element code, with the stream's word when sr is on. */
@@ -202,6 +285,41 @@ __host__ __device__ __forceinline__ uint32_t random_u32(uint64_t seed, uint64_t 
     return j == 0 ? w[0] : j == 1 ? w[1] : j == 2 ? w[2] : w[3];
 }
 
+/* random4 with each 32x32-bit product as one mul.wide.u32 (the 64-bit multiply of the
+ * portable form also costs an add of a zero high word on sm_90): the same words. */
+__device__ __forceinline__ uint64_t mul_wide_u32(uint32_t a, uint32_t b)
+{
+    uint64_t r;
+    asm("mul.wide.u32 %0, %1, %2;" : "=l"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+__device__ __forceinline__ void random4_wide(uint64_t seed, uint64_t offset, uint64_t blk,
+                                             uint32_t w[4])
+{
+    uint32_t x0 = static_cast<uint32_t>(blk), x1 = static_cast<uint32_t>(blk >> 32);
+    uint32_t x2 = static_cast<uint32_t>(offset), x3 = static_cast<uint32_t>(offset >> 32);
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) {
+            k0 += kPhiloxW0;
+            k1 += kPhiloxW1;
+        }
+        uint64_t p0 = mul_wide_u32(kPhiloxM0, x0), p1 = mul_wide_u32(kPhiloxM1, x2);
+        uint32_t y0 = static_cast<uint32_t>(p1 >> 32) ^ x1 ^ k0;
+        uint32_t y2 = static_cast<uint32_t>(p0 >> 32) ^ x3 ^ k1;
+        x0 = y0;
+        x1 = static_cast<uint32_t>(p1);
+        x2 = y2;
+        x3 = static_cast<uint32_t>(p0);
+    }
+    w[0] = x0;
+    w[1] = x1;
+    w[2] = x2;
+    w[3] = x3;
+}
+
 /* ---------------------------------------------------------------- [REC-NV-RHT] */
 
 /* [REC-NV-RHT-SIGNS] as a mask: bit i is set where s_i = -1. */
@@ -239,6 +357,38 @@ __host__ __device__ __forceinline__ void rht16(const float v[16], float w[16])
     QC_NV_UNROLL
     for (int j = 0; j < 16; j++)
         w[j] = rht16_out(q, j);
+}
+
+/* round_bf16 of a and b by the device's BF16 conversion (cvt.rn.bf16x2.f32: RNE, overflow
+ * to Inf, subnormals kept) in one instruction for both, with a NaN replaced by the
+ * reference's 0x7FC00000 (the instruction's NaN is another). cuda/check_arith.cu compares it
+ * with round_bf16 on all 2^32 inputs on the device. */
+__device__ __forceinline__ void round_bf16_pair(float a, float b, float &ra, float &rb)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    uint32_t lo = __bfloat16_as_ushort(h.x), hi = __bfloat16_as_ushort(h.y);
+    ra = a != a ? from_bits(0x7FC00000u) : from_bits(lo << 16);
+    rb = b != b ? from_bits(0x7FC00000u) : from_bits(hi << 16);
+}
+
+/* rht16 with round_bf16_pair for the final rounding: the same sums in the same order, the
+ * same values. */
+__device__ __forceinline__ void rht16_cvt(const float v[16], float w[16])
+{
+    float q[16];
+    QC_NV_UNROLL
+    for (int i = 0; i < 16; i++)
+        q[i] = mul_rn(v[i], 0.25f);
+    QC_NV_UNROLL
+    for (int j = 0; j < 16; j += 2) {
+        float a0 = 0.0f, a1 = 0.0f;
+        QC_NV_UNROLL
+        for (int i = 0; i < 16; i++) {
+            a0 = add_rn(a0, rht_neg(i, j) ? -q[i] : q[i]);
+            a1 = add_rn(a1, rht_neg(i, j + 1) ? -q[i] : q[i]);
+        }
+        round_bf16_pair(a0, a1, w[j], w[j + 1]);
+    }
 }
 
 /* rht16 of BF16 values v by four butterfly stages (64 additions a group, not 256), used
@@ -291,6 +441,10 @@ struct global {
  * value(x, factor) the value handed to the E2M1 encoder. 0: te, 1: torchao. */
 template <int V> struct variant;
 
+/* fl(1/6), the correctly rounded quotient te's block scale multiplies by (div_rn(1, 6) is
+ * not folded by the compiler; cuda/check_arith.cu checks the constant). */
+constexpr uint32_t kSixthBits = 0x3E2AAAABu;
+
 template <> struct variant<0> {
     /* [REC-NV-GLOBAL]: S_enc = fminf(2688 / A, FLT_MAX), 1 when A or S_enc is 0. */
     static __host__ __device__ global tensor(float amax)
@@ -307,6 +461,18 @@ template <> struct variant<0> {
     {
         float f = mul_rn(g.enc, div_rn(1.0f, 6.0f));
         return enc_sat<0>(fmin_c(mul_rn(b, f), kFltMax));
+    }
+    /* block_scale with fl(1/6) as a constant, fmin_c as FMNMX (which too yields FLT_MAX for
+     * a NaN) and, as its operand is then finite, enc_sat's conversion alone: the same codes. */
+    static __host__ __device__ uint32_t block_scale_k(float b, const global &g)
+    {
+        float f = mul_rn(g.enc, from_bits(kSixthBits));
+        float s = fmin_num(mul_rn(b, f), kFltMax);
+#ifdef __CUDA_ARCH__
+        return __nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3);
+#else
+        return enc_sat<0>(s);
+#endif
     }
     /* [REC-NV-ELEM]: r = fminf(1 / (d * S_dec), FLT_MAX). */
     static __host__ __device__ float factor(uint32_t code, const global &g)
@@ -329,12 +495,17 @@ template <> struct variant<1> {
         g.dec = g.enc;
         return g;
     }
-    /* enc_E4M3(clamp((b / 6) / pts, 2^-6, 448)); 0x08 when pts is 0 [REC-NV-TORCHAO-ZERO]. */
+    /* enc_E4M3(clamp((b / 6) / pts, 2^-6, 448)); 0x08 when pts is 0 [REC-NV-TORCHAO-ZERO].
+     * block_scale_k is the same (no constant quotient to fold). */
     static __host__ __device__ uint32_t block_scale(float b, const global &g)
     {
         if (g.dec == 0.0f)
             return 0x08u;
         return enc_sat<0>(clamp_torch(div_rn(div_rn(b, 6.0f), g.dec), 0.015625f, 448.0f));
+    }
+    static __host__ __device__ uint32_t block_scale_k(float b, const global &g)
+    {
+        return block_scale(b, g);
     }
     /* torchao 0.18.0's reciprocal_scale = (1 / pts) / d. */
     static __host__ __device__ float factor(uint32_t code, const global &g)

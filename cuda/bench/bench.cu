@@ -456,7 +456,8 @@ int main(int argc, char **argv)
             copy_bw = bw;
         printf("%-40s %10.1f %10.1f %10.1f %7.1f%%\n", e.name, mb, us, bw, 100.0 * bw / copy_bw);
     }
-    if (!only || strncmp(only, "nvfp4", 5) == 0)
+    if (!only || strstr(only, "nvfp4") || strstr(only, " a1") || strstr(only, " a2") ||
+        strstr(only, " a3"))
         verify_failures += qc_bench_nvfp4::run(c.M, c.K, copy_bw, only);
     return verify_failures ? 1 : 0;
 }
