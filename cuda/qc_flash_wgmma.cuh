@@ -335,12 +335,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_sw<T, kRows, KD, kThreads>(sq, qg, ts * g.h * g.d, i0, lq - i0, g.d, tid);
     int kend = causal ? min(lk, i0 + kRows) : lk;
     int ntile = (kend + kBN - 1) / kBN;
-    auto load_kv = [&](int j, int buf) {
-        load_sw<T, kBN, KD, kThreads>(sk + buf * (kBN * KD), kg, krs, j, lk - j, g.d, tid);
-        load_sw<T, kBN, DV, kThreads>(sv + buf * (kBN * DV), vg, vrs, j, lk - j, g.dv, tid);
+    /* K tile j and V tile j load separately: iteration j (below) computes S_j = Q K_j^T and
+     * O += P_{j-1} V_{j-1} together, the second on the tensor cores while the softmax of S_j
+     * runs, and meanwhile K_{j+1} and V_j load. Two K and two V buffers. */
+    auto load_k = [&](int j) {
+        load_sw<T, kBN, KD, kThreads>(sk + ((j / kBN) & 1) * (kBN * KD), kg, krs, j, lk - j, g.d,
+                                      tid);
     };
-    load_kv(0, 0);
-    cp_commit(); /* group: Q and tile 0 */
+    auto load_v = [&](int j) {
+        load_sw<T, kBN, DV, kThreads>(sv + ((j / kBN) & 1) * (kBN * DV), vg, vrs, j, lk - j, g.dv,
+                                      tid);
+    };
+    load_k(0);
+    cp_commit(); /* group: Q and K_0 */
+    load_v(0);
+    if (ntile > 1)
+        load_k(kBN);
+    cp_commit(); /* group: V_0 and K_1 */
     float sl2 = g.scale * kLog2e;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float acc[DV / 8][4];
@@ -349,23 +360,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     int wrow = i0 + wgi * 64 + warp * 16; /* the warp's first row; the thread's: + gr, + 8 */
     int row0 = wrow + gr;
-    for (int it = 0; it < ntile; it++) {
-        int j0 = it * kBN, buf = it & 1;
-        if (it + 1 < ntile)
-            load_kv(j0 + kBN, buf ^ 1); /* its buffer was freed by the barrier ending it - 1 */
-        cp_commit();
-        cp_wait_n<1>(); /* all but the newest group: tile it (and Q) has landed */
-        fence_async_smem();
-        __syncthreads();
-        const T *bk = sk + buf * (kBN * KD), *bv = sv + buf * (kBN * DV);
-        float x[kBN / 8][4];
-#pragma unroll
-        for (int nb = 0; nb < kBN / 8; nb++)
-            x[nb][0] = x[nb][1] = x[nb][2] = x[nb][3] = 0.0f;
-        wg_fence();
-        qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, bk);
-        wg_wait<0>();
-        keep<kBN / 8>(x);
+    float x[kBN / 8][4];
+    uint32_t ph[kBN / 16][4], pl[kSplit ? kBN / 16 : 1][4];
+    /* x (S_j) -> probabilities in place, with the row statistics m, l and alpha (the factor
+     * of the accumulator, applied by the caller) */
+    auto softmax = [&](int j0, float *alpha) {
         if (j0 + kBN > lk || (causal && j0 + kBN - 1 > wrow)) {
 #pragma unroll
             for (int nb = 0; nb < kBN / 8; nb++)
@@ -382,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 mx[e >> 1] = fmaxf(mx[e >> 1], x[nb][e]);
-        float alpha[2], nbase[2];
+        float nbase[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -404,22 +403,64 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int r = 0; r < 2; r++)
             l[r] = __fmaf_rn(l[r], alpha[r], ps[r]); /* this thread's part; summed at the end */
+    };
+    auto rescale = [&](const float *alpha) {
 #pragma unroll
         for (int nb = 0; nb < DV / 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[nb][e] *= alpha[e >> 1];
-        uint32_t ph[kBN / 16][4], pl[kSplit ? kBN / 16 : 1][4];
-        to_a<T, kBN / 8, kSplit>(x, ph, pl);
+    };
+    auto zero_x = [&] {
+#pragma unroll
+        for (int nb = 0; nb < kBN / 8; nb++)
+            x[nb][0] = x[nb][1] = x[nb][2] = x[nb][3] = 0.0f;
+    };
+    float alpha[2];
+    /* S_0 and its softmax (the accumulator is 0: no rescale) */
+    cp_wait_n<1>(); /* Q and K_0 have landed */
+    fence_async_smem();
+    __syncthreads();
+    zero_x();
+    wg_fence();
+    qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk);
+    wg_wait<0>();
+    keep<kBN / 8>(x);
+    softmax(0, alpha);
+    to_a<T, kBN / 8, kSplit>(x, ph, pl);
+    for (int it = 1; it < ntile; it++) {
+        int j0 = it * kBN;
+        cp_wait_n<0>(); /* K_it and V_{it-1} have landed */
+        fence_async_smem();
+        __syncthreads(); /* and every warpgroup is done with iteration it - 1 */
+        /* K_{it+1} into K_{it-1}'s buffer, V_it into V_{it-2}'s: both free after the barrier */
+        if (it + 1 < ntile)
+            load_k(j0 + kBN);
+        load_v(j0);
+        cp_commit();
+        zero_x();
         wg_fence();
-        pv_issue<T, DV, kSplit>(acc, ph, pl, bv);
+        qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk + (it & 1) * (kBN * KD));
+        pv_issue<T, DV, kSplit>(acc, ph, pl, sv + ((it - 1) & 1) * (kBN * DV));
+        wg_wait<1>(); /* S_it is done; P_{it-1} V_{it-1} may still run */
+        keep<kBN / 8>(x);
+        softmax(j0, alpha);
         wg_wait<0>();
         keep<DV / 8>(acc);
         keep_u<kBN / 16>(ph);
-        if (kSplit)
-            keep_u<kSplit ? kBN / 16 : 1>(pl);
-        __syncthreads(); /* every warpgroup is done with buffer buf */
+        if constexpr (kSplit)
+            keep_u<kBN / 16>(pl);
+        rescale(alpha);
+        to_a<T, kBN / 8, kSplit>(x, ph, pl);
     }
+    /* the last P V */
+    cp_wait_n<0>();
+    fence_async_smem();
+    __syncthreads();
+    wg_fence();
+    pv_issue<T, DV, kSplit>(acc, ph, pl, sv + ((ntile - 1) & 1) * (kBN * DV));
+    wg_wait<0>();
+    keep<DV / 8>(acc);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
