@@ -9,7 +9,11 @@
  * - A block is two warpgroups (256 threads) and owns 128 query rows, 64 per warpgroup; the
  *   key/value tiles are 128 keys. Every thread issues cp.async (16 bytes, zero-filled past
  *   the sequence or the head dim) for the Q tile once and for the K and V tiles, double
- *   buffered: tile j+1 loads while tile j is computed.
+ *   buffered: K_{j+1} and V_j load while S_j = Q K_j^T and P_{j-1} V_{j-1} are computed (the
+ *   latter on the tensor cores during the softmax of S_j). mbarriers, not block barriers,
+ *   say when a buffer has landed (cp.async.mbarrier.arrive of every thread) and when it is
+ *   free (an arrival of every thread after its wgmma reading it completed), so the two
+ *   warpgroups drift apart and one's softmax overlaps the other's products.
  * - Shared-memory tiles are in the 128-byte swizzle layout of the wgmma descriptors: a tile
  *   of R rows x C columns (16-bit) is C/64 panels of R rows of 128 bytes; the 16-byte chunk c
  *   of row r sits at chunk c ^ (r & 7); panels are 1024-byte aligned. Q, K and V all use it
@@ -77,6 +81,35 @@ template <int N> __device__ __forceinline__ void cp_wait_n()
 __device__ __forceinline__ void fence_async_smem()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* mbarriers (shared memory, 8 bytes each) */
+__device__ __forceinline__ void mb_init(uint64_t *b, int count)
+{
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(uint64_t *b)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(b))
+                 : "memory");
+}
+/* an arrival when this thread's cp.async operations so far have completed (the count at
+ * init includes it: .noinc) */
+__device__ __forceinline__ void mb_arrive_cp(uint64_t *b)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(b)) : "memory");
+}
+/* until the phase of this parity has completed */
+__device__ __forceinline__ void mb_wait(uint64_t *b, int parity)
+{
+    uint32_t done = 0, a = smem_addr(b);
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!done);
 }
 
 /* Rows [0, R) x columns [0, C) of a swizzled tile from global rows r0 + r (row stride rs
@@ -297,10 +330,11 @@ __device__ __forceinline__ void pv_issue(float (*acc)[4], const uint32_t (*hi)[4
 }
 #endif /* QC_WGMMA */
 
-/* The shared memory of the forward: Q, two K and two V tiles, and 1024 bytes of alignment. */
+/* The shared memory of the forward: Q, two K and two V tiles, 8 mbarriers, and 1024 bytes of
+ * alignment. */
 template <int KD, int DV> constexpr size_t fwd_smem()
 {
-    return (size_t)(kRows * KD + 2 * kBN * KD + 2 * kBN * DV) * 2 + 1024;
+    return (size_t)(kRows * KD + 2 * kBN * KD + 2 * kBN * DV) * 2 + 8 * 8 + 1024;
 }
 
 template <typename T> __device__ __forceinline__ T *align1k(unsigned char *p)
@@ -317,6 +351,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if QC_WGMMA
     extern __shared__ __align__(1024) unsigned char smraw[];
     T *sq = align1k<T>(smraw), *sk = sq + kRows * KD, *sv = sk + 2 * kBN * KD;
+    /* full_k[2], full_v[2]: the tile has landed (every thread's cp.async arrival);
+     * empty_k[2], empty_v[2]: every thread's wgmma reading it has completed */
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sv + 2 * kBN * DV);
+    uint64_t *full_k = bars, *full_v = bars + 2, *empty_k = bars + 4, *empty_v = bars + 6;
     int s = blockIdx.z, hh = blockIdx.y;
     bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
     /* causal: the longest rows first, so the short ones fill the last wave */
@@ -346,12 +384,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_sw<T, kBN, DV, kThreads>(sv + ((j / kBN) & 1) * (kBN * DV), vg, vrs, j, lk - j, g.dv,
                                       tid);
     };
+    if (tid == 0)
+        for (int b = 0; b < 8; b++)
+            mb_init(bars + b, kThreads);
+    __syncthreads(); /* the only block-wide barrier: the warpgroups then run decoupled */
     load_k(0);
-    cp_commit(); /* group: Q and K_0 */
+    mb_arrive_cp(full_k); /* Q and K_0 */
     load_v(0);
-    if (ntile > 1)
+    mb_arrive_cp(full_v);
+    if (ntile > 1) {
         load_k(kBN);
-    cp_commit(); /* group: V_0 and K_1 */
+        mb_arrive_cp(full_k + 1);
+    }
     float sl2 = g.scale * kLog2e;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float acc[DV / 8][4];
@@ -418,35 +462,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     float alpha[2];
     /* S_0 and its softmax (the accumulator is 0: no rescale) */
-    cp_wait_n<1>(); /* Q and K_0 have landed */
+    mb_wait(full_k, 0); /* Q and K_0 have landed */
     fence_async_smem();
-    __syncthreads();
     zero_x();
     wg_fence();
     qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk);
     wg_wait<0>();
     keep<kBN / 8>(x);
+    mb_arrive(empty_k);
     softmax(0, alpha);
     to_a<T, kBN / 8, kSplit>(x, ph, pl);
     for (int it = 1; it < ntile; it++) {
         int j0 = it * kBN;
-        cp_wait_n<0>(); /* K_it and V_{it-1} have landed */
+        mb_wait(full_k + (it & 1), (it >> 1) & 1);             /* K_it has landed */
+        mb_wait(full_v + ((it - 1) & 1), ((it - 1) >> 1) & 1); /* and V_{it-1} */
         fence_async_smem();
-        __syncthreads(); /* and every warpgroup is done with iteration it - 1 */
-        /* K_{it+1} into K_{it-1}'s buffer, V_it into V_{it-2}'s: both free after the barrier */
-        if (it + 1 < ntile)
-            load_k(j0 + kBN);
-        load_v(j0);
-        cp_commit();
         zero_x();
         wg_fence();
         qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk + (it & 1) * (kBN * KD));
         pv_issue<T, DV, kSplit>(acc, ph, pl, sv + ((it - 1) & 1) * (kBN * DV));
+        /* K_{it+1} into K_{it-1}'s buffer, V_it into V_{it-2}'s, once every thread is done
+         * with those */
+        if (it + 1 < ntile) {
+            mb_wait(empty_k + ((it + 1) & 1), ((it - 1) >> 1) & 1);
+            load_k(j0 + kBN);
+            mb_arrive_cp(full_k + ((it + 1) & 1));
+        }
+        if (it >= 2)
+            mb_wait(empty_v + (it & 1), ((it - 2) >> 1) & 1);
+        load_v(j0);
+        mb_arrive_cp(full_v + (it & 1));
         wg_wait<1>(); /* S_it is done; P_{it-1} V_{it-1} may still run */
         keep<kBN / 8>(x);
+        mb_arrive(empty_k + (it & 1));
         softmax(j0, alpha);
         wg_wait<0>();
         keep<DV / 8>(acc);
+        mb_arrive(empty_v + ((it - 1) & 1));
         keep_u<kBN / 16>(ph);
         if constexpr (kSplit)
             keep_u<kBN / 16>(pl);
@@ -454,9 +506,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         to_a<T, kBN / 8, kSplit>(x, ph, pl);
     }
     /* the last P V */
-    cp_wait_n<0>();
+    mb_wait(full_v + ((ntile - 1) & 1), ((ntile - 1) >> 1) & 1);
     fence_async_smem();
-    __syncthreads();
     wg_fence();
     pv_issue<T, DV, kSplit>(acc, ph, pl, sv + ((ntile - 1) & 1) * (kBN * DV));
     wg_wait<0>();
