@@ -112,6 +112,16 @@ __device__ __forceinline__ void mb_wait(uint64_t *b, int parity)
     } while (!done);
 }
 
+/* named barriers of the two warpgroups (256 threads) */
+__device__ __forceinline__ void nb_sync(int id)
+{
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void nb_arrive(int id)
+{
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
 /* Rows [0, R) x columns [0, C) of a swizzled tile from global rows r0 + r (row stride rs
  * elements) for r < valid and columns c < dim (dim, rs multiples of 8, g 16-byte aligned);
  * zeros elsewhere. NT threads, thread tid. */
@@ -121,11 +131,26 @@ __device__ __forceinline__ void load_sw(T *sm, const T *g, int64_t rs, int r0, i
 {
     constexpr int per = C / 8;
     static_assert((R * per) % NT == 0, "tile not a multiple of the threads");
+    if constexpr (NT % per == 0 && (NT / per) % 8 == 0) {
+        /* each thread: one column chunk, rows r, r + step, ...: the same swizzle phase */
+        constexpr int step = NT / per;
+        int r = tid / per, c = (tid % per) * 8;
+        bool cok = c < dim;
+        T *dst = sm + sw_off<R>(r, c);
+        const T *src = g + (r0 + r) * rs + c;
 #pragma unroll
-    for (int it = 0; it < R * per / NT; it++) {
-        int e = tid + it * NT, r = e / per, c = (e % per) * 8;
-        bool ok = r < valid && c < dim;
-        cp16z(sm + sw_off<R>(r, c), ok ? g + (r0 + r) * rs + c : g, ok);
+        for (int it = 0; it < R / step; it++) {
+            bool ok = cok && r + it * step < valid;
+            cp16z(dst + it * step * 64, ok ? src : g, ok);
+            src += step * rs;
+        }
+    } else {
+#pragma unroll
+        for (int it = 0; it < R * per / NT; it++) {
+            int e = tid + it * NT, r = e / per, c = (e % per) * 8;
+            bool ok = r < valid && c < dim;
+            cp16z(sm + sw_off<R>(r, c), ok ? g + (r0 + r) * rs + c : g, ok);
+        }
     }
 }
 
@@ -157,7 +182,7 @@ template <int NB> __device__ __forceinline__ void keep(float (*d)[4])
     for (int i = 0; i < NB; i++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            asm volatile("" : "+f"(d[i][e])::"memory");
+            asm volatile("" : "+f"(d[i][e]));
 }
 template <int NB> __device__ __forceinline__ void keep_u(uint32_t (*d)[4])
 {
@@ -165,7 +190,7 @@ template <int NB> __device__ __forceinline__ void keep_u(uint32_t (*d)[4])
     for (int i = 0; i < NB; i++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            asm volatile("" : "+r"(d[i][e])::"memory");
+            asm volatile("" : "+r"(d[i][e]));
 }
 
 #if QC_WGMMA
@@ -388,6 +413,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int b = 0; b < 8; b++)
             mb_init(bars + b, kThreads);
     __syncthreads(); /* the only block-wide barrier: the warpgroups then run decoupled */
+    /* Ping-pong: the warpgroups take turns to issue their products (named barrier 1: the
+     * turn of warpgroup 0, 2: of warpgroup 1), so one's softmax runs while the other's
+     * products occupy the tensor cores. Warpgroup 0 starts; warpgroup 1 skips its last
+     * hand-over, so every barrier ends complete. */
+    if (wgi == 1)
+        nb_arrive(1);
     load_k(0);
     mb_arrive_cp(full_k); /* Q and K_0 */
     load_v(0);
@@ -465,8 +496,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     mb_wait(full_k, 0); /* Q and K_0 have landed */
     fence_async_smem();
     zero_x();
+    nb_sync(1 + wgi);
     wg_fence();
     qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk);
+    nb_arrive(2 - wgi);
     wg_wait<0>();
     keep<kBN / 8>(x);
     mb_arrive(empty_k);
@@ -478,9 +511,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         mb_wait(full_v + ((it - 1) & 1), ((it - 1) >> 1) & 1); /* and V_{it-1} */
         fence_async_smem();
         zero_x();
+        nb_sync(1 + wgi);
         wg_fence();
         qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk + (it & 1) * (kBN * KD));
         pv_issue<T, DV, kSplit>(acc, ph, pl, sv + ((it - 1) & 1) * (kBN * DV));
+        nb_arrive(2 - wgi);
         /* K_{it+1} into K_{it-1}'s buffer, V_it into V_{it-2}'s, once every thread is done
          * with those */
         if (it + 1 < ntile) {
@@ -508,8 +543,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* the last P V */
     mb_wait(full_v + ((ntile - 1) & 1), ((ntile - 1) >> 1) & 1);
     fence_async_smem();
+    nb_sync(1 + wgi);
     wg_fence();
     pv_issue<T, DV, kSplit>(acc, ph, pl, sv + ((ntile - 1) & 1) * (kBN * DV));
+    if (wgi == 0)
+        nb_arrive(2);
     wg_wait<0>();
     keep<DV / 8>(acc);
 #pragma unroll
