@@ -129,27 +129,23 @@ template <typename T, int R, int C, int NT>
 __device__ __forceinline__ void load_sw(T *sm, const T *g, int64_t rs, int r0, int valid, int dim,
                                         int tid)
 {
-    constexpr int per = C / 8;
-    static_assert((R * per) % NT == 0, "tile not a multiple of the threads");
-    if constexpr (NT % per == 0 && (NT / per) % 8 == 0) {
-        /* each thread: one column chunk, rows r, r + step, ...: the same swizzle phase */
-        constexpr int step = NT / per;
-        int r = tid / per, c = (tid % per) * 8;
+    /* panel by panel; thread tid: chunk tid % 8 of rows tid / 8 + step * it (one swizzle
+     * phase per thread, one pointer per panel advanced by step rows) */
+    constexpr int step = NT / 8;
+    static_assert(C % 64 == 0 && NT % 64 == 0 && R % step == 0, "tile shape");
+    int r = tid / 8, cc = (tid % 8) * 8;
+    int swz = (((tid % 8) ^ (r & 7)) << 3) + r * 64;
+#pragma unroll
+    for (int p = 0; p < C / 64; p++) {
+        int c = p * 64 + cc;
         bool cok = c < dim;
-        T *dst = sm + sw_off<R>(r, c);
+        T *dst = sm + p * (R * 64) + swz;
         const T *src = g + (r0 + r) * rs + c;
 #pragma unroll
         for (int it = 0; it < R / step; it++) {
             bool ok = cok && r + it * step < valid;
             cp16z(dst + it * step * 64, ok ? src : g, ok);
             src += step * rs;
-        }
-    } else {
-#pragma unroll
-        for (int it = 0; it < R * per / NT; it++) {
-            int e = tid + it * NT, r = e / per, c = (e % per) * 8;
-            bool ok = r < valid && c < dim;
-            cp16z(sm + sw_off<R>(r, c), ok ? g + (r0 + r) * rs + c : g, ok);
         }
     }
 }
@@ -581,9 +577,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /* ------------------------------------------------------------ self-tests (attn_bench) */
 
-/* d[64][128] = a[64][k] b[128][k]^T over k < 16 ks (a, b row-major with 128 columns): one
+/* d[64][128] = a[64][k] b[128][k]^T over k < 16 KS (a, b row-major with 128 columns): one
  * warpgroup, the tiles in shared memory through load_sw, the product through qk_issue. */
-template <typename T> __global__ void __launch_bounds__(128) test_ss(const T *a, const T *b, int ks, float *d)
+template <typename T, int KS>
+__global__ void __launch_bounds__(128) test_ss(const T *a, const T *b, float *d)
 {
 #if QC_WGMMA
     extern __shared__ __align__(1024) unsigned char smraw[];
@@ -600,10 +597,7 @@ template <typename T> __global__ void __launch_bounds__(128) test_ss(const T *a,
     for (int nb = 0; nb < 16; nb++)
         x[nb][0] = x[nb][1] = x[nb][2] = x[nb][3] = 0.0f;
     wg_fence();
-    if (ks == 1)
-        qk_issue<T, 1, 64>(x, sa, 0, sb);
-    else
-        qk_issue<T, 8, 64>(x, sa, 0, sb);
+    qk_issue<T, KS, 64>(x, sa, 0, sb);
     wg_wait<0>();
     keep<16>(x);
 #pragma unroll
@@ -612,7 +606,7 @@ template <typename T> __global__ void __launch_bounds__(128) test_ss(const T *a,
         for (int e = 0; e < 4; e++)
             d[(warp * 16 + gr + (e >> 1) * 8) * 128 + nb * 8 + 2 * tq + (e & 1)] = x[nb][e];
 #else
-    (void)a, (void)b, (void)ks, (void)d;
+    (void)a, (void)b, (void)d;
     __trap();
 #endif
 }

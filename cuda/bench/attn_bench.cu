@@ -255,9 +255,9 @@ template <typename T> bool selftest_ss(int ks)
     float *dd = dalloc<float>(64 * 128);
     BENCH_CHECK(cudaMemset(dd, 0xFF, 64 * 128 * sizeof(float))); /* NaN: unwritten shows */
     size_t sm = (64 * 128 + 128 * 128) * 2 + 1024;
-    BENCH_CHECK(cudaFuncSetAttribute(qc::fl::wg::test_ss<T>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    qc::fl::wg::test_ss<T><<<1, 128, sm>>>(da, db, ks, dd);
+    auto kern = ks == 1 ? qc::fl::wg::test_ss<T, 1> : qc::fl::wg::test_ss<T, 8>;
+    BENCH_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    kern<<<1, 128, sm>>>(da, db, dd);
     BENCH_CHECK(cudaGetLastError());
     BENCH_CHECK(cudaDeviceSynchronize());
     std::vector<float> got(64 * 128);
