@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mb_wait(full_k + (it & 1), (it >> 1) & 1);             /* K_it has landed */
         mb_wait(full_v + ((it - 1) & 1), ((it - 1) >> 1) & 1); /* and V_{it-1} */
         fence_async_smem();
-        zero_x();
+        /* x needs no zeros: the first product of qk_issue does not read it (scale-d 0) */
         nb_sync(1 + wgi);
         wg_fence();
         qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk + (it & 1) * (kBN * KD));
