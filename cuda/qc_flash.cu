@@ -4,12 +4,19 @@
  * kernels run, and the outputs come back as FP32 values of the dtype. The result is another
  * evaluation order than the reference's, so each request claims a tolerance
  * ([CASE-PLUGIN-REF], [ATTN-TOL]). The backward recomputes lse with the forward kernel
- * (the slot carries no lse) and forms D from the rounded o it is given. */
+ * (the slot carries no lse) and forms D from the rounded o it is given.
+ * The forward runs the Hopper wgmma kernel (cuda/qc_flash_wgmma.cuh) when the request fits
+ * it (d <= 192, dv <= 128, both multiples of 8, a positive scale) on a device of compute
+ * capability 9.0, unless QSPEC_CUDA_FLASH_WGMMA=0 (then, and for every other request, the
+ * mma.sync kernels of cuda/qc_flash.cuh). */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "qc_attn.cuh"
 #include "qc_flash.cuh"
 #include "qc_flash.h"
+#include "qc_flash_wgmma.cuh"
 
 namespace qc
 {
@@ -99,10 +106,28 @@ qs_status fwd_class(const flash_req &r, const qs_sdpa_args *a, const T *q, const
     return e == cudaSuccess ? QS_OK : cuda_fail(e, "flash forward", a->why, a->why_len);
 }
 
+/* The wgmma class of the request (fl::wg::wg_class), or -1 when the mma.sync kernels run
+ * it: QSPEC_CUDA_FLASH_WGMMA=0 (read at each call), or no sm_90a device. */
+int wgmma_class(const qs_sdpa_params &p)
+{
+    const char *e = getenv("QSPEC_CUDA_FLASH_WGMMA");
+    if (e && strcmp(e, "0") == 0)
+        return -1;
+    if (p.dtype != QS_BF16 && p.dtype != QS_FP16)
+        return -1;
+    int c = fl::wg::wg_class((int)p.d, (int)p.dv, p.scale);
+    return c >= 0 && fl::wg::available() ? c : -1;
+}
+
 template <typename T>
 qs_status fwd_any(const flash_req &r, const qs_sdpa_args *a, const T *q, const T *k, const T *v,
                   float *o, float *lse)
 {
+    int wc = wgmma_class(a->p);
+    if (wc >= 0) {
+        cudaError_t e = fl::wg::fwd_launch_class<T, true>(wc, r.g, r.maxq, q, k, v, o, lse, 0);
+        return e == cudaSuccess ? QS_OK : cuda_fail(e, "flash wgmma forward", a->why, a->why_len);
+    }
     switch (fl::dim_class(a->p.d, a->p.dv)) {
     case 0:
         return fwd_class<T, 0>(r, a, q, k, v, o, lse);
@@ -251,6 +276,11 @@ bool qc_flash_takes(const qs_sdpa_args *a)
     const qs_sdpa_params &p = a->p;
     return (p.dtype == QS_BF16 || p.dtype == QS_FP16) &&
            qc::fl::dim_class((int)p.d, (int)p.dv) >= 0;
+}
+
+bool qc_flash_wgmma_takes(const qs_sdpa_args *a)
+{
+    return qc_flash_takes(a) && qc::wgmma_class(a->p) >= 0;
 }
 
 qs_status qc_flash_fwd(qs_sdpa_args *a)

@@ -10,6 +10,10 @@ bool qc_flash_takes(const qs_sdpa_args *a);
 /* The flash forward and backward; each claims QS_ATTN_CLAIM_TOLERANCE. The backward sets
  * *fell_back (and writes nothing) when an FP16 dS left FP16's range. */
 qs_status qc_flash_fwd(qs_sdpa_args *a);
+/* Whether qc_flash_fwd (and the lse recomputation of qc_flash_bwd) runs the request on the
+ * Hopper wgmma kernel (cuda/qc_flash_wgmma.cuh): it fits (d <= 192, dv <= 128, multiples of
+ * 8, scale > 0), the device is sm_90 and QSPEC_CUDA_FLASH_WGMMA is not "0". */
+bool qc_flash_wgmma_takes(const qs_sdpa_args *a);
 qs_status qc_flash_bwd(qs_sdpa_args *a, int *fell_back);
 
 #endif

@@ -6,8 +6,14 @@
  * split form the plugin runs and in the single-rounding form of the peers (P and dS rounded
  * to BF16 once). TFLOP/s count the causal half: forward 2 B H S^2 (d_qk + d_v) / 2, backward
  * 2.5 times that (the convention of the FlashAttention papers and cuda/bench/attn_peer.py).
- * Usage: attn_bench [--no-timing | --profile d128|mla] (--profile: only that shape, no
- * checks; for ncu). Needs a GPU; exit 1 when a check fails. */
+ * The Hopper wgmma forward (cuda/qc_flash_wgmma.cuh, the plugin's default forward on sm_90
+ * where it fits) is checked in layers: (1) its shared-memory layout and descriptors on one
+ * product S = A B^T, (2) the register-A product P V with V's layout, (3) the whole forward
+ * against the reference-order slot and the mma.sync forward on small cases; then timed
+ * beside the mma.sync forward ("flash-wgmma" rows).
+ * Usage: attn_bench [--no-timing | --wgmma-selftest | --profile d128|mla] (--wgmma-selftest:
+ * layers 1-3 only; --profile: only that shape, no checks; for ncu). Needs a GPU; exit 1
+ * when a check fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +24,7 @@
 #include "bench_common.cuh"
 #include "qc_flash.cuh"
 #include "qc_flash.h"
+#include "qc_flash_wgmma.cuh"
 #include "qc_slots.h"
 #include "qspec/attention.h"
 #include "qspec/mathf.h"
@@ -27,6 +34,13 @@ namespace
 {
 
 int g_fail = 0;
+
+template <typename Tt> Tt *dalloc(size_t n)
+{
+    Tt *p = nullptr;
+    BENCH_CHECK(cudaMalloc(&p, n * sizeof(Tt)));
+    return p;
+}
 uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 
 float gauss()
@@ -160,6 +174,266 @@ void check_all()
             check_case(c, dt);
 }
 
+
+/* ------------------------------------------------ the wgmma forward, layer by layer */
+
+template <typename T> const char *tname()
+{
+    return std::is_same<T, __half>::value ? "fp16" : "bf16";
+}
+
+/* got[rows][cols] against want (double) within tol[e]; prints PASS or FAIL with the first
+ * mismatch and, for it, the first (row, col) whose wanted value the got value equals (a
+ * layout bug moves values; -1 when none). */
+bool report(const char *what, const std::vector<float> &got, const std::vector<double> &want,
+            const std::vector<double> &tol, int rows, int cols)
+{
+    int bad = 0, fr = -1, fc = -1;
+    double worst = 0.0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            size_t e = (size_t)r * cols + c;
+            double err = fabs((double)got[e] - want[e]);
+            if (!(err <= tol[e])) {
+                if (bad++ == 0)
+                    fr = r, fc = c;
+            }
+            if (!(err <= worst))
+                worst = err;
+        }
+    if (!bad) {
+        printf("selftest %-44s PASS (max abs err %.3g)\n", what, worst);
+        return true;
+    }
+    size_t e0 = (size_t)fr * cols + fc;
+    int mr = -1, mc = -1;
+    for (int r = 0; r < rows && mr < 0; r++)
+        for (int c = 0; c < cols; c++)
+            if (fabs((double)got[e0] - want[(size_t)r * cols + c]) <= tol[(size_t)r * cols + c]) {
+                mr = r, mc = c;
+                break;
+            }
+    printf("selftest %-44s FAIL: %d of %d wrong; first (row %d, col %d) got %.6g want %.6g; "
+           "that value is wanted at (row %d, col %d)\n",
+           what, bad, rows * cols, fr, fc, got[e0], want[e0], mr, mc);
+    return false;
+}
+
+template <typename T> std::vector<T> to_t(const std::vector<float> &x)
+{
+    std::vector<T> y(x.size());
+    for (size_t e = 0; e < x.size(); e++)
+        y[e] = static_cast<T>(x[e]);
+    return y;
+}
+
+template <typename Tt> Tt *dup(const std::vector<Tt> &x)
+{
+    Tt *p = nullptr;
+    BENCH_CHECK(cudaMalloc(&p, x.size() * sizeof(Tt)));
+    BENCH_CHECK(cudaMemcpy(p, x.data(), x.size() * sizeof(Tt), cudaMemcpyHostToDevice));
+    return p;
+}
+
+/* Layer 1: S = A B^T (64 x 128, k = 16 ks) from shared memory, against an FP64 product. */
+template <typename T> bool selftest_ss(int ks)
+{
+    qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
+    auto a = randn(64 * 128, dt), b = randn(128 * 128, dt);
+    std::vector<double> want(64 * 128), tol(64 * 128);
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 128; j++) {
+            double sum = 0, mag = 0;
+            for (int kk = 0; kk < 16 * ks; kk++) {
+                sum += (double)a[i * 128 + kk] * b[j * 128 + kk];
+                mag += fabs((double)a[i * 128 + kk] * b[j * 128 + kk]);
+            }
+            want[i * 128 + j] = sum;
+            tol[i * 128 + j] = 1e-5 * mag + 1e-6;
+        }
+    T *da = dup(to_t<T>(a)), *db = dup(to_t<T>(b));
+    float *dd = dalloc<float>(64 * 128);
+    BENCH_CHECK(cudaMemset(dd, 0xFF, 64 * 128 * sizeof(float))); /* NaN: unwritten shows */
+    size_t sm = (64 * 128 + 128 * 128) * 2 + 1024;
+    auto kern = ks == 1 ? qc::fl::wg::test_ss<T, 1> : qc::fl::wg::test_ss<T, 8>;
+    BENCH_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    kern<<<1, 128, sm>>>(da, db, dd);
+    BENCH_CHECK(cudaGetLastError());
+    BENCH_CHECK(cudaDeviceSynchronize());
+    std::vector<float> got(64 * 128);
+    BENCH_CHECK(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost));
+    char what[96];
+    snprintf(what, sizeof what, "1 smem x smem 64x128x%d %s", 16 * ks, tname<T>());
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dd);
+    return report(what, got, want, tol, 64, 128);
+}
+
+/* Layer 2: O = P V (64 x N, k = 128), P from registers, V dv-contiguous with the transpose
+ * bit, against an FP64 product. */
+template <typename T, int N> bool selftest_rs()
+{
+    qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
+    auto p = randn(64 * 128, dt), v = randn(128 * N, dt);
+    std::vector<double> want(64 * N), tol(64 * N);
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < N; j++) {
+            double sum = 0, mag = 0;
+            for (int kk = 0; kk < 128; kk++) {
+                sum += (double)p[i * 128 + kk] * v[kk * N + j];
+                mag += fabs((double)p[i * 128 + kk] * v[kk * N + j]);
+            }
+            want[i * N + j] = sum;
+            tol[i * N + j] = 1e-5 * mag + 1e-6;
+        }
+    float *dp = dup(p);
+    T *dv = dup(to_t<T>(v));
+    float *dd = dalloc<float>(64 * N);
+    BENCH_CHECK(cudaMemset(dd, 0xFF, 64 * N * sizeof(float)));
+    size_t sm = 128 * N * 2 + 1024;
+    BENCH_CHECK(cudaFuncSetAttribute(qc::fl::wg::test_rs<T, N>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    qc::fl::wg::test_rs<T, N><<<1, 128, sm>>>(dp, dv, dd);
+    BENCH_CHECK(cudaGetLastError());
+    BENCH_CHECK(cudaDeviceSynchronize());
+    std::vector<float> got(64 * N);
+    BENCH_CHECK(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost));
+    char what[96];
+    snprintf(what, sizeof what, "2 regs x smem(V, transposed) 64x%dx128 %s", N, tname<T>());
+    cudaFree(dp);
+    cudaFree(dv);
+    cudaFree(dd);
+    return report(what, got, want, tol, 64, N);
+}
+
+struct wg_case {
+    const char *name;
+    int layout, mask;
+    int64_t b, sq, sk, h, hkv, d, dv;
+    std::vector<int32_t> cuq, cuk; /* thd */
+};
+
+/* Layer 3: the forward of the plugin's flash path with the wgmma kernel and with the
+ * mma.sync kernels (QSPEC_CUDA_FLASH_WGMMA=0), each against the reference-order slot. */
+void check_wgmma_case(const wg_case &c, qs_dtype dt)
+{
+    qs_sdpa_params p;
+    memset(&p, 0, sizeof p);
+    p.layout = (qs_attn_layout)c.layout;
+    p.mask = (qs_attn_mask)c.mask;
+    p.b = c.b;
+    p.sq = c.sq;
+    p.sk = c.sk;
+    p.h = c.h;
+    p.hkv = c.hkv;
+    p.d = c.d;
+    p.dv = c.dv;
+    p.dtype = dt;
+    p.scale = qs_rsqrtf((float)c.d);
+    bool thd = c.layout == QS_ATTN_THD;
+    if (thd) {
+        p.cu_seqlens_q = c.cuq.data();
+        p.cu_seqlens_kv = c.cuk.data();
+    }
+    int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
+    size_t nq = tq * c.h * c.d, nk = tk * c.hkv * c.d, nv = tk * c.hkv * c.dv;
+    size_t no = tq * c.h * c.dv, nl = tq * c.h;
+    auto q = randn(nq, dt), k = randn(nk, dt), v = randn(nv, dt);
+    std::vector<float> o[3], lse[3];
+    char why[256] = "";
+    bool took = false;
+    const char *dname = dt == QS_BF16 ? "bf16" : "fp16";
+    for (int path = 0; path < 3; path++) { /* reference, mma.sync, wgmma */
+        o[path].assign(no, 0.0f);
+        lse[path].assign(nl, 0.0f);
+        qs_sdpa_args a;
+        memset(&a, 0, sizeof a);
+        a.p = p;
+        a.q = q.data();
+        a.k = k.data();
+        a.v = v.data();
+        a.o = o[path].data();
+        a.lse = lse[path].data();
+        a.why = why;
+        a.why_len = sizeof why;
+        setenv("QSPEC_CUDA_FLASH_WGMMA", path == 2 ? "1" : "0", 1);
+        if (path == 2)
+            took = qc_flash_wgmma_takes(&a);
+        qs_status st = path == 0 ? qc_slot_sdpa_fwd(nullptr, &a) : qc_flash_fwd(&a);
+        if (st != QS_OK) {
+            printf("wgmma    %-40s %s: %s failed: %s\n", c.name, dname,
+                   path == 0 ? "reference" : path == 1 ? "mma.sync" : "wgmma", why);
+            g_fail++;
+            unsetenv("QSPEC_CUDA_FLASH_WGMMA");
+            return;
+        }
+    }
+    unsetenv("QSPEC_CUDA_FLASH_WGMMA");
+    double rt = dt == QS_BF16 ? 0.016625 : 0.0029531;
+    double eo = excess(o[2], o[0], rt), el = excess(lse[2], lse[0], 1e-3);
+    double mo = excess(o[1], o[0], rt), ml = excess(lse[1], lse[0], 1e-3);
+    bool ok = took && eo <= 1.0 && el <= 1.0;
+    g_fail += !ok;
+    printf("wgmma    %-40s %s: %s excess o %.3f lse %.3f (mma.sync: o %.3f lse %.3f)  %s\n",
+           c.name, dname, took ? "wgmma" : "NOT TAKEN", eo, el, mo, ml, ok ? "ok" : "FAIL");
+    fflush(stdout);
+}
+
+void check_wgmma_all()
+{
+    const int S = QS_ATTN_SBHD, B = QS_ATTN_BSHD, T = QS_ATTN_THD, N = QS_ATTN_MASK_NONE,
+              C = QS_ATTN_MASK_CAUSAL;
+    std::vector<wg_case> cs = {
+        {"bshd none d128 s128", B, N, 1, 128, 128, 1, 1, 128, 128, {}, {}},
+        {"bshd causal d128 s128", B, C, 1, 128, 128, 1, 1, 128, 128, {}, {}},
+        {"bshd none d128 s256 h2", B, N, 2, 256, 256, 2, 2, 128, 128, {}, {}},
+        {"bshd causal d128 s384", B, C, 1, 384, 384, 2, 2, 128, 128, {}, {}},
+        {"sbhd none d128 sq200 sk300", S, N, 2, 200, 300, 2, 2, 128, 128, {}, {}},
+        {"sbhd causal d128 sq300 sk200", S, C, 2, 300, 200, 2, 2, 128, 128, {}, {}},
+        {"bshd causal gqa h6/2 d128 s333", B, C, 2, 333, 333, 6, 2, 128, 128, {}, {}},
+        {"bshd none mqa h4/1 d128 sq70 sk150", B, N, 1, 70, 150, 4, 1, 128, 128, {}, {}},
+        {"thd causal d128 3,130,0,260", T, C, 4, 393, 393, 2, 2, 128, 128, {0, 3, 133, 133, 393},
+         {0, 3, 133, 133, 393}},
+        {"thd none d128 q 5,140 kv 200,9", T, N, 2, 145, 209, 2, 1, 128, 128, {0, 5, 145},
+         {0, 200, 209}},
+        {"bshd causal d96/80 s200", B, C, 1, 200, 200, 2, 2, 96, 80, {}, {}},
+        {"bshd causal d64 s300 gqa 4/2", B, C, 2, 300, 300, 4, 2, 64, 64, {}, {}},
+        {"sbhd none d64 sq129 sk257", S, N, 1, 129, 257, 2, 2, 64, 64, {}, {}},
+        {"bshd causal 192/128 s300", B, C, 1, 300, 300, 2, 2, 192, 128, {}, {}},
+        {"thd none 192/128 100,250", T, N, 2, 350, 350, 2, 2, 192, 128, {0, 100, 350},
+         {0, 100, 350}},
+    };
+    for (const auto &c : cs)
+        for (qs_dtype dt : {QS_BF16, QS_FP16})
+            check_wgmma_case(c, dt);
+}
+
+/* Layers 1 and 2 (stop there when they fail: layer 3 cannot pass), then 3. */
+void wgmma_selftest()
+{
+    if (!qc::fl::wg::available()) {
+        printf("selftest wgmma kernels not available here (not an sm_90 device or no sm_90a "
+               "code): FAIL\n");
+        g_fail++;
+        return;
+    }
+    bool ok = selftest_ss<__nv_bfloat16>(1);
+    ok &= selftest_ss<__nv_bfloat16>(8);
+    ok &= selftest_ss<__half>(1);
+    ok &= selftest_ss<__half>(8);
+    ok &= selftest_rs<__nv_bfloat16, 128>();
+    ok &= selftest_rs<__half, 128>();
+    ok &= selftest_rs<__nv_bfloat16, 64>();
+    ok &= selftest_rs<__half, 64>();
+    if (!ok) {
+        printf("selftest layers 1-2 failing: the forward (layer 3) is not run\n");
+        g_fail++;
+        return;
+    }
+    check_wgmma_all();
+}
+
 /* ---------------------------------------------------------------- timing */
 
 __global__ void fill_bf16(__nv_bfloat16 *x, size_t n, uint32_t seed)
@@ -174,12 +448,6 @@ __global__ void fill_bf16(__nv_bfloat16 *x, size_t n, uint32_t seed)
     x[i] = __float2bfloat16_rn((s - 510.0f) / 147.8f);
 }
 
-template <typename Tt> Tt *dalloc(size_t n)
-{
-    Tt *p = nullptr;
-    BENCH_CHECK(cudaMalloc(&p, n * sizeof(Tt)));
-    return p;
-}
 
 void fill(__nv_bfloat16 *x, size_t n, uint32_t seed)
 {
@@ -281,6 +549,45 @@ template <int C> void time_shape(const char *name, int b, int s, int h, int hkv,
            rel_rms(o[1], o[0], no), rel_rms(grad[1][0], grad[0][0], nq),
            rel_rms(grad[1][1], grad[0][1], nk), rel_rms(grad[1][2], grad[0][2], nv));
     fflush(stdout);
+    int wc = qc::fl::wg::wg_class(d, dv, g.scale);
+    if (wc >= 0 && qc::fl::wg::available()) {
+        /* the wgmma forward beside them, then its outputs against the mma.sync split form's */
+        float *ow = dalloc<float>(no), *lw = dalloc<float>(nl);
+        float mw[2];
+        for (int m = 0; m < 2; m++) {
+            auto fwd = [&] {
+                if (m == 0)
+                    BENCH_CHECK((fl::wg::fwd_launch_class<bf, true>(wc, g, s, q, k, v, ow, lw, 0)));
+                else
+                    BENCH_CHECK(
+                        (fl::wg::fwd_launch_class<bf, false>(wc, g, s, q, k, v, ow, lw, 0)));
+            };
+            for (int pass = 0; pass < 2; pass++) {
+                int reps = pass == 0 ? 1 : 5;
+                BENCH_CHECK(cudaEventRecord(e0));
+                for (int r = 0; r < reps; r++)
+                    fwd();
+                BENCH_CHECK(cudaEventRecord(e1));
+                BENCH_CHECK(cudaEventSynchronize(e1));
+                BENCH_CHECK(cudaEventElapsedTime(&mw[m], e0, e1));
+                mw[m] /= reps;
+            }
+            printf("time     %-40s %-8s flash-wgmma fwd %8.3f ms %6.1f TFLOP/s\n", name,
+                   m == 0 ? "split" : "single", mw[m], fl_fwd / mw[m] / 1e9);
+            fflush(stdout);
+        }
+        /* ow, lw: the single form's (the last run); run the split form again to compare */
+        BENCH_CHECK((fl::wg::fwd_launch_class<bf, true>(wc, g, s, q, k, v, ow, lw, 0)));
+        float *lm = dalloc<float>(nl);
+        BENCH_CHECK((fl::fwd_launch<bf, C, true>(g, s, q, k, v, o[1], lm, 0)));
+        BENCH_CHECK(cudaDeviceSynchronize());
+        printf("accuracy %-40s flash-wgmma split vs mma.sync split: rel. RMS o %.2e lse %.2e\n",
+               name, rel_rms(ow, o[1], no), rel_rms(lw, lm, nl));
+        fflush(stdout);
+        cudaFree(ow);
+        cudaFree(lw);
+        cudaFree(lm);
+    }
     for (int m = 0; m < 2; m++) {
         cudaFree(o[m]);
         for (int j = 0; j < 3; j++)
@@ -313,7 +620,16 @@ int main(int argc, char **argv)
             time_shape<1>("b2 h16 s4096 d128 causal", 2, 4096, 16, 16, 128, 128);
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "--wgmma-selftest") == 0) {
+        wgmma_selftest();
+        printf("attn_bench --wgmma-selftest: %d checks failing\n", g_fail);
+        return g_fail ? 1 : 0;
+    }
     check_all();
+    if (qc::fl::wg::available())
+        check_wgmma_all();
+    else
+        printf("wgmma    not available here (not an sm_90 device): mma.sync forward only\n");
     printf("attn_bench: %d checks failing\n", g_fail);
     fflush(stdout);
     if (!(argc > 1 && strcmp(argv[1], "--no-timing") == 0)) {

@@ -1,0 +1,735 @@
+/* qc_flash_wgmma.cuh: the flash forward of spec/attention.md [ATTN-FWD], [ATTN-LSE] on Hopper
+ * warpgroup tensor-core instructions (wgmma.mma_async, sm_90a), for BF16 and FP16 requests
+ * with d_qk <= 192, d_v <= 128 (classes 64/64, 128/128, 192/128), d and dv multiples of 8.
+ * Same outputs and conventions as fl::fwd_kernel of cuda/qc_flash.cuh (o rounded to the
+ * dtype and stored as FP32, lse = m + log l in natural-log units, rows with no key untouched),
+ * same addressing (fl::geo: sbhd, bshd, thd with padded offsets, GQA, top-left causal).
+ *
+ * Design (docs/perf.md, "Flash attention"):
+ * - A block is two warpgroups (256 threads) and owns 128 query rows, 64 per warpgroup; the
+ *   key/value tiles are 128 keys. Every thread issues cp.async (16 bytes, zero-filled past
+ *   the sequence or the head dim) for the Q tile once and for the K and V tiles, double
+ *   buffered: K_{j+1} and V_j load while S_j = Q K_j^T and P_{j-1} V_{j-1} are computed (the
+ *   latter on the tensor cores during the softmax of S_j). mbarriers, not block barriers,
+ *   say when a buffer has landed (cp.async.mbarrier.arrive of every thread) and when it is
+ *   free (an arrival of every thread after its wgmma reading it completed), so the two
+ *   warpgroups drift apart and one's softmax overlaps the other's products.
+ * - Shared-memory tiles are in the 128-byte swizzle layout of the wgmma descriptors: a tile
+ *   of R rows x C columns (16-bit) is C/64 panels of R rows of 128 bytes; the 16-byte chunk c
+ *   of row r sits at chunk c ^ (r & 7); panels are 1024-byte aligned. Q, K and V all use it
+ *   with their global rows (tokens) as rows.
+ * - S = Q K^T: wgmma m64n128k16 with both operands from shared memory, K-major (the head dim
+ *   contiguous in both): descriptor start advanced by 32 bytes per k step inside a panel,
+ *   by a panel per 4 steps; leading byte offset unused (16), stride byte offset 1024 (8 rows).
+ * - The online softmax in FP32 registers (the accumulator layout: per warp 16 rows, per
+ *   thread rows g and g+8), exp2 of fma(s, scale log2 e, -m) with ex2.approx; masks only on
+ *   tiles that reach past the sequence or the diagonal.
+ * - O += P V: P from registers (the A-fragment layout equals the accumulator's, as for
+ *   mma.sync), V from shared memory in its natural layout (dv contiguous, "MN-major") with
+ *   the transpose bit of the B operand set (allowed for 16-bit types): leading byte offset =
+ *   the stride between 64-column panels of V (128 keys x 128 bytes), stride byte offset =
+ *   1024 (8 keys), start advanced by 16 keys (2048 bytes) per k step. Under kSplit P is given
+ *   as hi + lo (two wgmmas per step), as the plugin's mma.sync kernels do (docs/sdpa.md).
+ * The wgmma code exists only in the sm_90a compilation (__CUDA_ARCH_FEAT_SM90_ALL); in any
+ * other the kernels trap, and available() says false, so the dispatcher falls back. */
+#ifndef QC_FLASH_WGMMA_CUH
+#define QC_FLASH_WGMMA_CUH
+
+#include <type_traits>
+
+#include "qc_flash.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define QC_WGMMA 1
+#else
+#define QC_WGMMA 0
+#endif
+
+namespace qc
+{
+namespace fl
+{
+namespace wg
+{
+
+constexpr int kRows = 128;   /* query rows of a block, 64 per warpgroup */
+constexpr int kBN = 128;     /* keys of a K/V tile */
+constexpr int kThreads = 256; /* two warpgroups */
+
+/* The element offset of (r, c) (c a multiple of 8) in an R-row tile of the swizzle layout. */
+template <int R> __device__ __forceinline__ int sw_off(int r, int c)
+{
+    return (c >> 6) * (R * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3);
+}
+
+/* 16 bytes global -> shared, or 16 zero bytes when !ok (src is then not read). */
+__device__ __forceinline__ void cp16z(void *s, const void *g, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(s)), "l"(g),
+                 "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_wait_n()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* this thread's generic-proxy writes to shared memory (cp.async's) -> visible to wgmma */
+__device__ __forceinline__ void fence_async_smem()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* mbarriers (shared memory, 8 bytes each) */
+__device__ __forceinline__ void mb_init(uint64_t *b, int count)
+{
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(uint64_t *b)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(b))
+                 : "memory");
+}
+/* an arrival when this thread's cp.async operations so far have completed (the count at
+ * init includes it: .noinc) */
+__device__ __forceinline__ void mb_arrive_cp(uint64_t *b)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(b)) : "memory");
+}
+/* until the phase of this parity has completed */
+__device__ __forceinline__ void mb_wait(uint64_t *b, int parity)
+{
+    uint32_t done = 0, a = smem_addr(b);
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* named barriers of the two warpgroups (256 threads) */
+__device__ __forceinline__ void nb_sync(int id)
+{
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void nb_arrive(int id)
+{
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
+/* Rows [0, R) x columns [0, C) of a swizzled tile from global rows r0 + r (row stride rs
+ * elements) for r < valid and columns c < dim (dim, rs multiples of 8, g 16-byte aligned);
+ * zeros elsewhere. NT threads, thread tid. */
+template <typename T, int R, int C, int NT>
+__device__ __forceinline__ void load_sw(T *sm, const T *g, int64_t rs, int r0, int valid, int dim,
+                                        int tid)
+{
+    /* panel by panel; thread tid: chunk tid % 8 of rows tid / 8 + step * it (one swizzle
+     * phase per thread, one pointer per panel advanced by step rows) */
+    constexpr int step = NT / 8;
+    static_assert(C % 64 == 0 && NT % 64 == 0 && R % step == 0, "tile shape");
+    int r = tid / 8, cc = (tid % 8) * 8;
+    int swz = (((tid % 8) ^ (r & 7)) << 3) + r * 64;
+#pragma unroll
+    for (int p = 0; p < C / 64; p++) {
+        int c = p * 64 + cc;
+        bool cok = c < dim;
+        T *dst = sm + p * (R * 64) + swz;
+        const T *src = g + (r0 + r) * rs + c;
+#pragma unroll
+        for (int it = 0; it < R / step; it++) {
+            bool ok = cok && r + it * step < valid;
+            cp16z(dst + it * step * 64, ok ? src : g, ok);
+            src += step * rs;
+        }
+    }
+}
+
+/* A shared-memory matrix descriptor, 128-byte swizzle, base offset 0. */
+__device__ __forceinline__ uint64_t desc(const void *p, uint32_t lbo, uint32_t sbo)
+{
+    uint32_t a = smem_addr(p);
+    return static_cast<uint64_t>((a >> 4) & 0x3FFF) |
+           (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+           (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving accesses of these registers across a wgmma wait. */
+template <int NB> __device__ __forceinline__ void keep(float (*d)[4])
+{
+#pragma unroll
+    for (int i = 0; i < NB; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+f"(d[i][e]));
+}
+template <int NB> __device__ __forceinline__ void keep_u(uint32_t (*d)[4])
+{
+#pragma unroll
+    for (int i = 0; i < NB; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+r"(d[i][e]));
+}
+
+#if QC_WGMMA
+__device__ __forceinline__ void mma_ss_n128_bf16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void mma_ss_n128_f16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void mma_rs_n128_bf16(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void mma_rs_n128_f16(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void mma_rs_n64_bf16(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void mma_rs_n64_f16(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+
+/* The wgmma calls of a type: S (m64n128k16, A and B from shared memory, both K-major) and
+ * O (m64n{128,64}k16, A from registers, B from shared memory with the transpose bit). */
+template <typename T>
+__device__ __forceinline__ void mma_ss(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    if constexpr (std::is_same<T, __half>::value)
+        mma_ss_n128_f16(d, da, db, scale_d);
+    else
+        mma_ss_n128_bf16(d, da, db, scale_d);
+}
+template <typename T, int N>
+__device__ __forceinline__ void mma_rs(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+{
+    static_assert(N == 64 || N == 128, "n64 or n128");
+    if constexpr (std::is_same<T, __half>::value) {
+        if constexpr (N == 128)
+            mma_rs_n128_f16(d, a, db, scale_d);
+        else
+            mma_rs_n64_f16(d, a, db, scale_d);
+    } else {
+        if constexpr (N == 128)
+            mma_rs_n128_bf16(d, a, db, scale_d);
+        else
+            mma_rs_n64_bf16(d, a, db, scale_d);
+    }
+}
+
+/* x[16][4] = A B^T over k in [0, 16 KS): A the 64 rows of the warpgroup, from a swizzled
+ * tile of RA rows starting at row ra (a multiple of 8), B the 128 rows of a swizzled tile
+ * of 128 rows; both with at least 16 KS columns. Issued and committed, not waited for. */
+template <typename T, int KS, int RA>
+__device__ __forceinline__ void qk_issue(float (*x)[4], const T *sa, int ra, const T *sb)
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint64_t da = desc(sa + (kk >> 2) * (RA * 64) + ra * 64 + (kk & 3) * 16, 16, 1024);
+        uint64_t db = desc(sb + (kk >> 2) * (kBN * 64) + (kk & 3) * 16, 16, 1024);
+        mma_ss<T>(x, da, db, kk > 0);
+    }
+    wg_commit();
+}
+
+/* acc[N/8][4] += P V over the 128 keys of a tile: P as A fragments hi (and lo under kSplit,
+ * k step kk in hi[kk]), V a swizzled tile of 128 rows (keys) x N columns. Issued and
+ * committed, not waited for. */
+template <typename T, int N, bool kSplit>
+__device__ __forceinline__ void pv_issue(float (*acc)[4], const uint32_t (*hi)[4],
+                                         const uint32_t (*lo)[4], const T *sv)
+{
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; kk++) {
+        uint64_t db = desc(sv + kk * 16 * 64, kBN * 128, 1024);
+        mma_rs<T, N>(acc, hi[kk], db, 1);
+        if (kSplit)
+            mma_rs<T, N>(acc, lo[kk], db, 1);
+    }
+    wg_commit();
+}
+#endif /* QC_WGMMA */
+
+/* The shared memory of the forward: Q, two K and two V tiles, 8 mbarriers, and 1024 bytes of
+ * alignment. */
+template <int KD, int DV> constexpr size_t fwd_smem()
+{
+    return (size_t)(kRows * KD + 2 * kBN * KD + 2 * kBN * DV) * 2 + 8 * 8 + 1024;
+}
+
+template <typename T> __device__ __forceinline__ T *align1k(unsigned char *p)
+{
+    uint32_t a = smem_addr(p);
+    return reinterpret_cast<T *>(p + ((1024u - (a & 1023u)) & 1023u));
+}
+
+/* [ATTN-FWD], [ATTN-LSE]: block (query tile of 128 rows, head, sequence). */
+template <typename T, int KD, int DV, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1)
+    fwd_kernel(geo g, const T *q, const T *k, const T *v, float *o, float *lse)
+{
+#if QC_WGMMA
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sq = align1k<T>(smraw), *sk = sq + kRows * KD, *sv = sk + 2 * kBN * KD;
+    /* full_k[2], full_v[2]: the tile has landed (every thread's cp.async arrival);
+     * empty_k[2], empty_v[2]: every thread's wgmma reading it has completed */
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sv + 2 * kBN * DV);
+    uint64_t *full_k = bars, *full_v = bars + 2, *empty_k = bars + 4, *empty_v = bars + 6;
+    int s = blockIdx.z, hh = blockIdx.y;
+    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
+    /* causal: the longest rows first, so the short ones fill the last wave */
+    int qt = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    int i0 = qt * kRows, lq = g.len(0, s), lk = g.len(1, s);
+    if (i0 >= lq || lk == 0)
+        return; /* [ATTN-EMPTY-ROW] rows keep o 0, lse -inf */
+    int tid = threadIdx.x, wgi = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    int gr = lane >> 2, tq = lane & 3;
+    int hk = hh / (g.h / g.hkv);
+    int64_t ts = g.tstride();
+    const T *qg = q + (g.base(0, s) * g.h + hh) * g.d;
+    const T *kg = k + (g.base(1, s) * g.hkv + hk) * g.d;
+    const T *vg = v + (g.base(1, s) * g.hkv + hk) * g.dv;
+    int64_t krs = ts * g.hkv * g.d, vrs = ts * g.hkv * g.dv;
+    load_sw<T, kRows, KD, kThreads>(sq, qg, ts * g.h * g.d, i0, lq - i0, g.d, tid);
+    int kend = causal ? min(lk, i0 + kRows) : lk;
+    int ntile = (kend + kBN - 1) / kBN;
+    /* K tile j and V tile j load separately: iteration j (below) computes S_j = Q K_j^T and
+     * O += P_{j-1} V_{j-1} together, the second on the tensor cores while the softmax of S_j
+     * runs, and meanwhile K_{j+1} and V_j load. Two K and two V buffers. */
+    auto load_k = [&](int j) {
+        load_sw<T, kBN, KD, kThreads>(sk + ((j / kBN) & 1) * (kBN * KD), kg, krs, j, lk - j, g.d,
+                                      tid);
+    };
+    auto load_v = [&](int j) {
+        load_sw<T, kBN, DV, kThreads>(sv + ((j / kBN) & 1) * (kBN * DV), vg, vrs, j, lk - j, g.dv,
+                                      tid);
+    };
+    if (tid == 0)
+        for (int b = 0; b < 8; b++)
+            mb_init(bars + b, kThreads);
+    __syncthreads(); /* the only block-wide barrier: the warpgroups then run decoupled */
+    /* Ping-pong: the warpgroups take turns to issue their products (named barrier 1: the
+     * turn of warpgroup 0, 2: of warpgroup 1), so one's softmax runs while the other's
+     * products occupy the tensor cores. Warpgroup 0 starts; warpgroup 1 skips its last
+     * hand-over, so every barrier ends complete. */
+    if (wgi == 1)
+        nb_arrive(1);
+    load_k(0);
+    mb_arrive_cp(full_k); /* Q and K_0 */
+    load_v(0);
+    mb_arrive_cp(full_v);
+    if (ntile > 1) {
+        load_k(kBN);
+        mb_arrive_cp(full_k + 1);
+    }
+    float sl2 = g.scale * kLog2e;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float acc[DV / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < DV / 8; nb++)
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    int wrow = i0 + wgi * 64 + warp * 16; /* the warp's first row; the thread's: + gr, + 8 */
+    int row0 = wrow + gr;
+    float x[kBN / 8][4];
+    uint32_t ph[kBN / 16][4], pl[kSplit ? kBN / 16 : 1][4];
+    /* x (S_j) -> probabilities in place, with the row statistics m, l and alpha (the factor
+     * of the accumulator, applied by the caller) */
+    auto softmax = [&](int j0, float *alpha) {
+        if (j0 + kBN > lk || (causal && j0 + kBN - 1 > wrow)) {
+#pragma unroll
+            for (int nb = 0; nb < kBN / 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
+                    if (!(key < lk && (!causal || key <= row)))
+                        x[nb][e] = -INFINITY;
+                }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nb = 0; nb < kBN / 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                mx[e >> 1] = fmaxf(mx[e >> 1], x[nb][e]);
+        float nbase[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[r], mx[r] * sl2); /* sl2 > 0: the max of the scaled scores */
+            float b = mn == -INFINITY ? 0.0f : mn;
+            alpha[r] = ex2(m[r] - b);
+            nbase[r] = -b;
+            m[r] = mn;
+        }
+        float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nb = 0; nb < kBN / 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x[nb][e] = ex2(__fmaf_rn(x[nb][e], sl2, nbase[e >> 1]));
+                ps[e >> 1] += x[nb][e];
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            l[r] = __fmaf_rn(l[r], alpha[r], ps[r]); /* this thread's part; summed at the end */
+    };
+    auto rescale = [&](const float *alpha) {
+#pragma unroll
+        for (int nb = 0; nb < DV / 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[nb][e] *= alpha[e >> 1];
+    };
+    auto zero_x = [&] {
+#pragma unroll
+        for (int nb = 0; nb < kBN / 8; nb++)
+            x[nb][0] = x[nb][1] = x[nb][2] = x[nb][3] = 0.0f;
+    };
+    float alpha[2];
+    /* S_0 and its softmax (the accumulator is 0: no rescale) */
+    mb_wait(full_k, 0); /* Q and K_0 have landed */
+    fence_async_smem();
+    zero_x();
+    nb_sync(1 + wgi);
+    wg_fence();
+    qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk);
+    nb_arrive(2 - wgi);
+    wg_wait<0>();
+    keep<kBN / 8>(x);
+    mb_arrive(empty_k);
+    softmax(0, alpha);
+    to_a<T, kBN / 8, kSplit>(x, ph, pl);
+    for (int it = 1; it < ntile; it++) {
+        int j0 = it * kBN;
+        mb_wait(full_k + (it & 1), (it >> 1) & 1);             /* K_it has landed */
+        mb_wait(full_v + ((it - 1) & 1), ((it - 1) >> 1) & 1); /* and V_{it-1} */
+        fence_async_smem();
+        /* x needs no zeros: the first product of qk_issue does not read it (scale-d 0) */
+        nb_sync(1 + wgi);
+        wg_fence();
+        qk_issue<T, KD / 16, kRows>(x, sq, wgi * 64, sk + (it & 1) * (kBN * KD));
+        pv_issue<T, DV, kSplit>(acc, ph, pl, sv + ((it - 1) & 1) * (kBN * DV));
+        nb_arrive(2 - wgi);
+        /* K_{it+1} into K_{it-1}'s buffer, V_it into V_{it-2}'s, once every thread is done
+         * with those */
+        if (it + 1 < ntile) {
+            mb_wait(empty_k + ((it + 1) & 1), ((it - 1) >> 1) & 1);
+            load_k(j0 + kBN);
+            mb_arrive_cp(full_k + ((it + 1) & 1));
+        }
+        if (it >= 2)
+            mb_wait(empty_v + (it & 1), ((it - 2) >> 1) & 1);
+        load_v(j0);
+        mb_arrive_cp(full_v + (it & 1));
+        wg_wait<1>(); /* S_it is done; P_{it-1} V_{it-1} may still run */
+        keep<kBN / 8>(x);
+        mb_arrive(empty_k + (it & 1));
+        softmax(j0, alpha);
+        wg_wait<0>();
+        keep<DV / 8>(acc);
+        mb_arrive(empty_v + ((it - 1) & 1));
+        keep_u<kBN / 16>(ph);
+        if constexpr (kSplit)
+            keep_u<kBN / 16>(pl);
+        rescale(alpha);
+        to_a<T, kBN / 8, kSplit>(x, ph, pl);
+    }
+    /* the last P V */
+    mb_wait(full_v + ((ntile - 1) & 1), ((ntile - 1) >> 1) & 1);
+    fence_async_smem();
+    nb_sync(1 + wgi);
+    wg_fence();
+    pv_issue<T, DV, kSplit>(acc, ph, pl, sv + ((ntile - 1) & 1) * (kBN * DV));
+    if (wgi == 0)
+        nb_arrive(2);
+    wg_wait<0>();
+    keep<DV / 8>(acc);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = row0 + r * 8;
+        if (row >= lq)
+            continue;
+        int64_t orow = (g.base(0, s) + row * ts) * g.h + hh;
+        float inv = 1.0f / l[r];
+        float *orp = o + orow * g.dv;
+#pragma unroll
+        for (int nb = 0; nb < DV / 8; nb++) {
+            int col = nb * 8 + 2 * tq;
+            if (col < g.dv) /* dv is even: col + 1 < dv too */
+                *reinterpret_cast<float2 *>(orp + col) = make_float2(
+                    ops<T>::round(acc[nb][2 * r] * inv), ops<T>::round(acc[nb][2 * r + 1] * inv));
+        }
+        if (lse && tq == 0)
+            lse[orow] = (m[r] + log2f(l[r])) * 0.69314718055994531f;
+    }
+#else
+    (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse;
+    __trap();
+#endif
+}
+
+/* ------------------------------------------------------------ self-tests (attn_bench) */
+
+/* d[64][128] = a[64][k] b[128][k]^T over k < 16 KS (a, b row-major with 128 columns): one
+ * warpgroup, the tiles in shared memory through load_sw, the product through qk_issue. */
+template <typename T, int KS>
+__global__ void __launch_bounds__(128) test_ss(const T *a, const T *b, float *d)
+{
+#if QC_WGMMA
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sa = align1k<T>(smraw), *sb = sa + 64 * 128;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, tq = lane & 3;
+    load_sw<T, 64, 128, 128>(sa, a, 128, 0, 64, 128, tid);
+    load_sw<T, kBN, 128, 128>(sb, b, 128, 0, 128, 128, tid);
+    cp_commit();
+    cp_wait_n<0>();
+    fence_async_smem();
+    __syncthreads();
+    float x[16][4];
+#pragma unroll
+    for (int nb = 0; nb < 16; nb++)
+        x[nb][0] = x[nb][1] = x[nb][2] = x[nb][3] = 0.0f;
+    wg_fence();
+    qk_issue<T, KS, 64>(x, sa, 0, sb);
+    wg_wait<0>();
+    keep<16>(x);
+#pragma unroll
+    for (int nb = 0; nb < 16; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            d[(warp * 16 + gr + (e >> 1) * 8) * 128 + nb * 8 + 2 * tq + (e & 1)] = x[nb][e];
+#else
+    (void)a, (void)b, (void)d;
+    __trap();
+#endif
+}
+
+/* d[64][N] = p[64][128] v[128][N] (row-major): P rounded to T into A fragments from the
+ * accumulator layout (to_a), V through load_sw, the product through pv_issue (kSplit off). */
+template <typename T, int N> __global__ void __launch_bounds__(128) test_rs(const float *p, const T *v, float *d)
+{
+#if QC_WGMMA
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sv = align1k<T>(smraw);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, tq = lane & 3;
+    load_sw<T, kBN, N, 128>(sv, v, N, 0, 128, N, tid);
+    cp_commit();
+    cp_wait_n<0>();
+    fence_async_smem();
+    __syncthreads();
+    float x[16][4], acc[N / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < 16; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            x[nb][e] = p[(warp * 16 + gr + (e >> 1) * 8) * 128 + nb * 8 + 2 * tq + (e & 1)];
+#pragma unroll
+    for (int nb = 0; nb < N / 8; nb++)
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    uint32_t ph[8][4], pl[1][4];
+    to_a<T, 16, false>(x, ph, pl);
+    wg_fence();
+    pv_issue<T, N, false>(acc, ph, pl, sv);
+    wg_wait<0>();
+    keep<N / 8>(acc);
+    keep_u<8>(ph);
+#pragma unroll
+    for (int nb = 0; nb < N / 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            d[(warp * 16 + gr + (e >> 1) * 8) * N + nb * 8 + 2 * tq + (e & 1)] = acc[nb][e];
+#else
+    (void)p, (void)v, (void)d;
+    __trap();
+#endif
+}
+
+template <int N> __global__ void probe_kernel(int *f) /* a template: no duplicate symbol */
+{
+    *f = QC_WGMMA;
+}
+
+/* Whether the wgmma kernels run here: a device of compute capability 9.0 whose loaded code
+ * is the sm_90a build (checked once per process, on the current device). */
+inline bool available()
+{
+    static int known = -1;
+    if (known >= 0)
+        return known == 1;
+    known = 0;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        major != 9 || minor != 0)
+        return false;
+    int *f = nullptr, h = 0;
+    if (cudaMalloc(&f, sizeof(int)) != cudaSuccess)
+        return false;
+    probe_kernel<0><<<1, 1>>>(f);
+    if (cudaMemcpy(&h, f, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess && h == 1)
+        known = 1;
+    cudaFree(f);
+    return known == 1;
+}
+
+/* The class of (d, dv) (0: 64/64, 1: 128/128, 2: 192/128), or -1 when none fits or the
+ * request is outside what the kernels do (d, dv multiples of 8; a positive scale). */
+inline int wg_class(int d, int dv, float scale)
+{
+    if (d <= 0 || dv <= 0 || d % 8 || dv % 8 || !(scale > 0.0f) || !(scale < INFINITY))
+        return -1;
+    if (d <= 64 && dv <= 64)
+        return 0;
+    if (d <= 128 && dv <= 128)
+        return 1;
+    if (d <= 192 && dv <= 128)
+        return 2;
+    return -1;
+}
+
+/* As fl::fwd_launch: o and lse preset to 0 and -inf; maxq the longest query sequence. */
+template <typename T, int KD, int DV, bool kSplit>
+cudaError_t fwd_launch(const geo &g, int maxq, const T *q, const T *k, const T *v, float *o,
+                       float *lse, cudaStream_t st)
+{
+    auto kern = fwd_kernel<T, KD, DV, kSplit>;
+    size_t sm = fwd_smem<KD, DV>();
+    cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess || maxq <= 0 || g.b <= 0)
+        return e;
+    dim3 grid((maxq + kRows - 1) / kRows, g.h, g.b);
+    kern<<<grid, kThreads, sm, st>>>(g, q, k, v, o, lse);
+    return cudaGetLastError();
+}
+
+/* The same by class (wg_class). */
+template <typename T, bool kSplit>
+cudaError_t fwd_launch_class(int c, const geo &g, int maxq, const T *q, const T *k, const T *v,
+                             float *o, float *lse, cudaStream_t st)
+{
+    switch (c) {
+    case 0:
+        return fwd_launch<T, 64, 64, kSplit>(g, maxq, q, k, v, o, lse, st);
+    case 1:
+        return fwd_launch<T, 128, 128, kSplit>(g, maxq, q, k, v, o, lse, st);
+    case 2:
+        return fwd_launch<T, 192, 128, kSplit>(g, maxq, q, k, v, o, lse, st);
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace wg
+} // namespace fl
+} // namespace qc
+
+#endif
