@@ -148,7 +148,8 @@ extern int qc_force_generic;
  * holds at once; the rest MXFP8 and block 1x128 only (tensorwise takes VEC2_RES): rows_pipe,
  * coalesced (COAL) or a lane owning 32 elements (OWN), the next step's loads in flight, on
  * the resident grid, with streaming cache hints (_CS) or without; BULK: rows_bulk, the input
- * staged in shared memory by cp.async.bulk, four block windows in flight. */
+ * staged in shared memory by cp.async.bulk, four block windows in flight; BULK_WARP: the same
+ * with a ring of six warp windows a warp. */
 enum {
     QC_ROWS_VEC2 = 0,
     QC_ROWS_VEC4,
@@ -158,6 +159,7 @@ enum {
     QC_ROWS_COAL_CS,
     QC_ROWS_OWN_CS,
     QC_ROWS_BULK,
+    QC_ROWS_BULK_WARP,
     QC_ROWS_AUTO,
     QC_ROWS_NPATHS
 };

@@ -486,69 +486,84 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
                  : "memory");
 }
 
-/* rows_bulk: encode_window's coalesced walk (OWN = 0) with the input staged in shared memory:
- * a block of 8 warps takes a window of 1024 chunks (8192 elements, contiguous) a step, and
- * one thread keeps the next kStages - 1 windows of the block in flight with cp.async.bulk,
- * each completing on its stage's mbarrier. Every thread reads its four chunks of the stage
- * into registers (16-byte shared loads, a warp 512 contiguous bytes), the block syncs, the
- * stage is refilled with the block's window kStages steps ahead, and only then the window is
- * encoded, so the refill overlaps the arithmetic. The grid is the resident one; the last
- * window may be partial (bytes a multiple of 16: a chunk is 16 or 32 bytes). */
-constexpr int kBulkStages = 4;
-template <int DT> __host__ __device__ constexpr uint32_t bulk_window_bytes()
+/* rows_bulk: encode_window's coalesced walk (OWN = 0) with the input staged in shared memory
+ * by cp.async.bulk, each copy completing on its stage's mbarrier, the next steps' windows in
+ * flight while the current one is encoded.
+ *   WARPS = 0: a block of 8 warps takes a window of 1024 chunks (8192 contiguous elements) a
+ *     step, four stages; thread 0 issues the copies. Every thread reads its four chunks of
+ *     the stage into registers (16-byte shared loads, a warp 512 contiguous bytes), the block
+ *     syncs, the stage is refilled with the block's window four steps ahead, and only then
+ *     the window is encoded, so the refill overlaps the arithmetic.
+ *   WARPS = 1: every warp runs the same ring on its own (windows of 128 chunks, six stages,
+ *     lane 0 issuing, a warp sync in place of the block's), so no warp waits for another.
+ * The grid is the resident one; the last window may be partial (its bytes a multiple of 16:
+ * a chunk is 16 or 32 bytes). */
+template <int WARPS> struct bulk_geo {
+    static constexpr int stages = WARPS ? 6 : 4;
+    static constexpr int rings = WARPS ? 8 : 1;      /* rings a block: one a warp, or one */
+    static constexpr int64_t chunks = WARPS ? 128 : 1024; /* a window */
+};
+template <int DT, int WARPS> __host__ __device__ constexpr uint32_t bulk_window_bytes()
 {
-    return 1024u * (DT == QC_IN_FP32 ? 32u : 16u);
+    return static_cast<uint32_t>(bulk_geo<WARPS>::chunks) * (DT == QC_IN_FP32 ? 32u : 16u);
 }
-template <int DT> __host__ __device__ constexpr size_t bulk_smem_bytes()
+template <int DT, int WARPS> __host__ __device__ constexpr size_t bulk_smem_bytes()
 {
-    return static_cast<size_t>(kBulkStages) * bulk_window_bytes<DT>() + kBulkStages * sizeof(uint64_t);
+    return static_cast<size_t>(bulk_geo<WARPS>::rings) * bulk_geo<WARPS>::stages *
+           (bulk_window_bytes<DT, WARPS>() + sizeof(uint64_t));
 }
 
-template <int DT, int E5, int KIND, int RULE>
+template <int DT, int E5, int KIND, int RULE, int WARPS>
 __global__ void __launch_bounds__(256) rows_bulk(qc_input in, fast_args a)
 {
     static_assert(KIND == K_MX || KIND == K_B1, "the block kinds");
+    using geo = bulk_geo<WARPS>;
+    constexpr int S = geo::stages;
     constexpr uint32_t CB = DT == QC_IN_FP32 ? 32u : 16u; /* bytes a chunk */
-    constexpr uint32_t WB = bulk_window_bytes<DT>();
+    constexpr uint32_t WB = bulk_window_bytes<DT, WARPS>();
     extern __shared__ __align__(128) unsigned char bulk_sm[];
-    uint64_t *bar = reinterpret_cast<uint64_t *>(bulk_sm + kBulkStages * WB);
-    const int64_t nchunk = in.rows * in.cols / 8;
-    const int64_t nwin = (nchunk + 1023) / 1024;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    /* step i of this block takes window blockIdx.x + i gridDim.x in stage i % kBulkStages */
+    const int ring = WARPS ? warp : 0;
+    unsigned char *buf = bulk_sm + static_cast<size_t>(ring) * S * WB;
+    uint64_t *bar = reinterpret_cast<uint64_t *>(bulk_sm + static_cast<size_t>(geo::rings) * S * WB) + ring * S;
+    const bool issuer = WARPS ? lane == 0 : threadIdx.x == 0;
+    const int64_t nchunk = in.rows * in.cols / 8;
+    const int64_t nwin = (nchunk + geo::chunks - 1) / geo::chunks;
+    /* step i of this ring takes window first + i nrings, in stage i % S */
+    const int64_t first = WARPS ? static_cast<int64_t>(blockIdx.x) * 8 + warp : blockIdx.x;
+    const int64_t nrings = static_cast<int64_t>(gridDim.x) * geo::rings;
     auto issue = [&](int64_t i) {
-        int64_t w = blockIdx.x + i * gridDim.x;
+        int64_t w = first + i * nrings;
         if (w >= nwin)
             return;
-        int64_t n = nchunk - w * 1024;
-        uint32_t bytes = static_cast<uint32_t>(n < 1024 ? n : 1024) * CB;
-        uint64_t *b = &bar[i % kBulkStages];
-        mbar_expect(b, bytes);
-        bulk_load(bulk_sm + (i % kBulkStages) * WB, static_cast<const unsigned char *>(in.x) + w * 1024 * CB,
-                  bytes, b);
+        int64_t n = nchunk - w * geo::chunks;
+        uint32_t bytes = static_cast<uint32_t>(n < geo::chunks ? n : geo::chunks) * CB;
+        mbar_expect(&bar[i % S], bytes);
+        bulk_load(buf + (i % S) * WB, static_cast<const unsigned char *>(in.x) + w * geo::chunks * CB, bytes,
+                  &bar[i % S]);
     };
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < kBulkStages; s++)
+    if (issuer) {
+        for (int s = 0; s < S; s++)
             mbar_init(&bar[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (threadIdx.x == 0)
-        for (int i = 0; i < kBulkStages; i++)
+    if (issuer)
+        for (int i = 0; i < S; i++)
             issue(i);
     for (int64_t i = 0;; i++) {
-        int64_t w = blockIdx.x + i * gridDim.x;
+        int64_t w = first + i * nrings;
         if (w >= nwin)
             break;
-        mbar_wait(&bar[i % kBulkStages], static_cast<uint32_t>((i / kBulkStages) & 1));
-        const unsigned char *stage = bulk_sm + (i % kBulkStages) * WB;
-        const int64_t win = w * 1024 + warp * 128;
+        mbar_wait(&bar[i % S], static_cast<uint32_t>((i / S) & 1));
+        const unsigned char *stage = buf + (i % S) * WB;
+        const int wc = WARPS ? 0 : warp * 128; /* this warp's first chunk in the window */
+        const int64_t win = w * geo::chunks + wc;
         raw8<DT> cur[4];
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-            int c = warp * 128 + 32 * q + lane; /* the chunk within the block's window */
             if (win + 32 * q + lane < nchunk) {
-                const uint4 *p = reinterpret_cast<const uint4 *>(stage + c * CB);
+                const uint4 *p = reinterpret_cast<const uint4 *>(stage + (wc + 32 * q + lane) * CB);
                 uint4 u = p[0];
                 cur[q].w[0] = u.x, cur[q].w[1] = u.y, cur[q].w[2] = u.z, cur[q].w[3] = u.w;
                 if constexpr (DT == QC_IN_FP32) {
@@ -561,10 +576,14 @@ __global__ void __launch_bounds__(256) rows_bulk(qc_input in, fast_args a)
                     cur[q].w[j] = 0;
             }
         }
-        __syncthreads(); /* every thread has read the stage: it may be refilled */
-        if (threadIdx.x == 0) {
+        /* every thread of the ring has read the stage: it may be refilled */
+        if (WARPS)
+            __syncwarp();
+        else
+            __syncthreads();
+        if (issuer) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            issue(i + kBulkStages);
+            issue(i + S);
         }
         encode_window<DT, E5, KIND, RULE, 0, 0>(cur, win, nchunk, a, lane);
     }
@@ -842,12 +861,12 @@ cudaError_t launch_pipe(const qc_input &in, const fast_args &a)
                        blocks_for(in.rows * in.cols / 8, 8 * 128), in, a);
 }
 
-template <int DT, int E5, int KIND, int RULE>
+template <int DT, int E5, int KIND, int RULE, int WARPS>
 cudaError_t launch_bulk(const qc_input &in, const fast_args &a)
 {
     static int per_sm = 0;
-    auto kern = rows_bulk<DT, E5, KIND, RULE>;
-    constexpr size_t smem = bulk_smem_bytes<DT>();
+    auto kern = rows_bulk<DT, E5, KIND, RULE, WARPS>;
+    constexpr size_t smem = bulk_smem_bytes<DT, WARPS>();
     if (per_sm == 0) {
         cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(smem));
@@ -888,7 +907,9 @@ cudaError_t launch_rows(const qc_input &in, const fast_args &a)
             case QC_ROWS_OWN_CS:
                 return launch_pipe<DT, E5, KIND, RULE, 1, 1>(in, a);
             case QC_ROWS_BULK:
-                return launch_bulk<DT, E5, KIND, RULE>(in, a);
+                return launch_bulk<DT, E5, KIND, RULE, 0>(in, a);
+            case QC_ROWS_BULK_WARP:
+                return launch_bulk<DT, E5, KIND, RULE, 1>(in, a);
             default:
                 break;
             }
