@@ -147,7 +147,9 @@ extern int qc_force_generic;
  * chunks a lane, a grid of up to 8 blocks an SM; VEC2_RES: two chunks on the grid the device
  * holds at once; the rest MXFP8 and block 1x128 only (tensorwise takes VEC2_RES): rows_pipe,
  * coalesced (COAL) or a lane owning 32 elements (OWN), the next step's loads in flight, on
- * the resident grid, with streaming cache hints (_CS) or without. */
+ * the resident grid, with streaming cache hints (_CS) or without; BULK: rows_bulk, the input
+ * staged in shared memory by cp.async.bulk, four block windows in flight; BULK_WARP: the same
+ * with a ring of six warp windows a warp. */
 enum {
     QC_ROWS_VEC2 = 0,
     QC_ROWS_VEC4,
@@ -156,6 +158,8 @@ enum {
     QC_ROWS_OWN,
     QC_ROWS_COAL_CS,
     QC_ROWS_OWN_CS,
+    QC_ROWS_BULK,
+    QC_ROWS_BULK_WARP,
     QC_ROWS_AUTO,
     QC_ROWS_NPATHS
 };

@@ -7,8 +7,11 @@
  * reduced with G-lane shuffles.
  *
  * rows_pipe: the rowwise copy of MXFP8 and block 1x128 with the next step's loads in
- * flight while the current step is encoded, coalesced or a lane owning 32 elements; the
- * launchers pick it, rows_vec and the grid by qc_rows_path.
+ * flight while the current step is encoded, coalesced or a lane owning 32 elements.
+ *
+ * rows_bulk: the same encode with the input staged in shared memory by cp.async.bulk, a
+ * block's next windows in flight. The launchers pick a rowwise kernel and its grid by
+ * qc_rows_path.
  *
  * tile128: both copies of a 128x128 tile in one pass by 256 threads. Lane l of warp w
  * owns column chunk c = l % 16 (8 columns) of rows h*64 + g*4 + i (g = 2w + l/16; h, i
@@ -316,34 +319,117 @@ template <int DT> __device__ __forceinline__ float amax_raw8(float acc, const ra
     return acc;
 }
 
-/* rows_pipe: the rowwise copy of MXFP8 or block 1x128 alone, a warp taking a window of 128
- * chunks (1024 elements) a step, 4 chunks a lane, with the loads of its next window issued
- * before the current one is encoded (twice the bytes in flight of rows_vec at the same
- * occupancy). Lane l takes chunks
- *   OWN = 0: 32q + l (q = 0..3): each load of the warp is 512 contiguous bytes (BF16); a
- *            1x32 block is 4 adjacent lanes, a 1x128 block 16, reduced with shuffles;
+/* The rowwise copy of one warp window of 128 chunks (1024 elements) of MXFP8 or block 1x128
+ * from cur (the four chunks of this lane, chunk(q)) to the codes and scales: the encode step
+ * of rows_pipe and rows_bulk. Lane l holds chunks
+ *   OWN = 0: 32q + l (q = 0..3) of the window: a 1x32 block is 4 adjacent lanes, a 1x128
+ *            block 16, reduced with shuffles;
  *   OWN = 1: 4l + q: the lane owns 32 consecutive elements, one MXFP8 block (no shuffle,
  *            one E8M0 a lane, two 16-byte code stores) or a quarter of a 1x128 block (two
  *            shuffles; every lane of the four divides, which costs the warp no more issue
- *            than one lane dividing). A load of the warp touches 32 sectors, each half;
- *            the lane's next load takes the other half (from L1).
- * K is a multiple of the block; the warp-uniform loop keeps every lane in the shuffles
- * (a block's lanes are all in range or all out). */
+ *            than one lane dividing).
+ * Every lane of the warp takes part (a block's lanes are all in range or all out). */
+template <int OWN> __device__ __forceinline__ int64_t window_chunk(int64_t w, int q, int lane)
+{
+    return w + (OWN ? 4 * lane + q : 32 * q + lane);
+}
+
+template <int DT, int E5, int KIND, int RULE, int OWN, int HINT>
+__device__ __forceinline__ void encode_window(const raw8<DT> (&cur)[4], int64_t win, int64_t nchunk,
+                                              const fast_args &a, int lane)
+{
+    constexpr int G = OWN ? (KIND == K_MX ? 1 : 4) : (KIND == K_MX ? 4 : 16);
+    float am[4], mult[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        am[q] = amax_raw8<DT>(0.0f, cur[q]);
+    if constexpr (OWN) {
+        /* the lane's 32 elements: MXFP8 block u, or quarter u % 4 of 1x128 block u / 4 */
+        int64_t u = window_chunk<OWN>(win, 0, lane) / 4;
+        bool live = window_chunk<OWN>(win, 0, lane) < nchunk;
+        uint32_t b = group_max<G>(fbits(fmaxf(fmaxf(am[0], am[1]), fmaxf(am[2], am[3]))));
+        float m;
+        if constexpr (KIND == K_MX) {
+            uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(b));
+            m = mx_rule<RULE, E5>::mult(e);
+            if (live)
+                static_cast<uint8_t *>(a.row.scale)[u] = static_cast<uint8_t>(e);
+        } else {
+            float sinv;
+            m = fast_blk_scale(a.bp, E5, b, &sinv);
+            if (live && lane % 4 == 0)
+                static_cast<float *>(a.row.scale)[u / 4] = sinv;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            mult[q] = m;
+    } else if constexpr (KIND == K_MX) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int64_t ch = window_chunk<OWN>(win, q, lane);
+            uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(group_max<4>(fbits(am[q]))));
+            mult[q] = mx_rule<RULE, E5>::mult(e);
+            if (ch < nchunk && lane % 4 == 0) /* block ch / 4 */
+                static_cast<uint8_t *>(a.row.scale)[ch / 4] = static_cast<uint8_t>(e);
+        }
+    } else {
+        /* lane q (< 4) of each half-warp divides for chunk set q and hands out the scale */
+        uint32_t mine = 0;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            uint32_t r = group_max<16>(fbits(am[q]));
+            mine = (lane & 3) == q ? r : mine;
+        }
+        int64_t ch = window_chunk<OWN>(win, lane & 3, lane);
+        float sinv, smine = fast_blk_scale(a.bp, E5, mine, &sinv);
+        if (ch < nchunk && (lane & 15) < 4)
+            static_cast<float *>(a.row.scale)[ch / 16] = sinv;
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            mult[q] = __shfl_sync(0xFFFFFFFFu, smine, (lane & 16) | q);
+    }
+    uint2 w[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        float v[8];
+        cur[q].unpack(v);
+        w[q] = enc8_scaled<KIND, RULE, E5>(v, mult[q]);
+    }
+    if constexpr (OWN) {
+        int64_t ch = window_chunk<OWN>(win, 0, lane);
+        if (ch < nchunk) {
+            st16<HINT>(a.row.data + ch * 8, make_uint4(w[0].x, w[0].y, w[1].x, w[1].y));
+            st16<HINT>(a.row.data + ch * 8 + 16, make_uint4(w[2].x, w[2].y, w[3].x, w[3].y));
+        }
+    } else {
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int64_t ch = window_chunk<OWN>(win, q, lane);
+            if (ch < nchunk)
+                st8<HINT>(a.row.data + ch * 8, w[q]);
+        }
+    }
+}
+
+/* rows_pipe: the rowwise copy of MXFP8 or block 1x128 alone, a warp taking a window of 128
+ * chunks (1024 elements) a step, 4 chunks a lane (encode_window's OWN mappings), with the
+ * loads of its next window issued before the current one is encoded (twice the bytes in
+ * flight of rows_vec at the same occupancy). With OWN = 1 a load of the warp touches 32
+ * sectors, each half; the lane's next load takes the other half (from L1). K is a multiple
+ * of the block. */
 template <int DT, int E5, int KIND, int RULE, int OWN, int HINT>
 __global__ void __launch_bounds__(256) rows_pipe(qc_input in, fast_args a)
 {
     static_assert(KIND == K_MX || KIND == K_B1, "the block kinds");
-    constexpr int G = OWN ? (KIND == K_MX ? 1 : 4) : (KIND == K_MX ? 4 : 16);
     const int64_t nchunk = in.rows * in.cols / 8;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * 8 * 128;
     const int lane = threadIdx.x % 32;
     raw8<DT> cur[4];
     int64_t win = (static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32) * 128;
-    auto chunk = [&](int64_t w, int q) -> int64_t { return w + (OWN ? 4 * lane + q : 32 * q + lane); };
     auto load_window = [&](raw8<DT>(&r)[4], int64_t w) {
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-            int64_t ch = chunk(w, q);
+            int64_t ch = window_chunk<OWN>(w, q, lane);
             if (ch < nchunk)
                 load_raw8<DT, HINT>(in.x, static_cast<size_t>(ch) * 8, r[q]);
             else
@@ -356,79 +442,150 @@ __global__ void __launch_bounds__(256) rows_pipe(qc_input in, fast_args a)
     for (; win < nchunk; win += stride) {
         raw8<DT> nxt[4];
         load_window(nxt, win + stride);
-        float am[4], mult[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            am[q] = amax_raw8<DT>(0.0f, cur[q]);
-        if constexpr (OWN) {
-            /* the lane's 32 elements: MXFP8 block u, or quarter u % 4 of 1x128 block u / 4 */
-            int64_t u = chunk(win, 0) / 4;
-            bool live = chunk(win, 0) < nchunk;
-            uint32_t b = group_max<G>(fbits(fmaxf(fmaxf(am[0], am[1]), fmaxf(am[2], am[3]))));
-            float m;
-            if constexpr (KIND == K_MX) {
-                uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(b));
-                m = mx_rule<RULE, E5>::mult(e);
-                if (live)
-                    static_cast<uint8_t *>(a.row.scale)[u] = static_cast<uint8_t>(e);
-            } else {
-                float sinv;
-                m = fast_blk_scale(a.bp, E5, b, &sinv);
-                if (live && lane % 4 == 0)
-                    static_cast<float *>(a.row.scale)[u / 4] = sinv;
-            }
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                mult[q] = m;
-        } else if constexpr (KIND == K_MX) {
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int64_t ch = chunk(win, q);
-                uint32_t e = mx_rule<RULE, E5>::scale(__uint_as_float(group_max<4>(fbits(am[q]))));
-                mult[q] = mx_rule<RULE, E5>::mult(e);
-                if (ch < nchunk && lane % 4 == 0) /* block ch / 4 */
-                    static_cast<uint8_t *>(a.row.scale)[ch / 4] = static_cast<uint8_t>(e);
-            }
-        } else {
-            /* lane q (< 4) of each half-warp divides for chunk set q and hands out the scale */
-            uint32_t mine = 0;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                uint32_t r = group_max<16>(fbits(am[q]));
-                mine = (lane & 3) == q ? r : mine;
-            }
-            int64_t ch = chunk(win, lane & 3);
-            float sinv, smine = fast_blk_scale(a.bp, E5, mine, &sinv);
-            if (ch < nchunk && (lane & 15) < 4)
-                static_cast<float *>(a.row.scale)[ch / 16] = sinv;
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                mult[q] = __shfl_sync(0xFFFFFFFFu, smine, (lane & 16) | q);
-        }
-        uint2 w[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            float v[8];
-            cur[q].unpack(v);
-            w[q] = enc8_scaled<KIND, RULE, E5>(v, mult[q]);
-        }
-        if constexpr (OWN) {
-            int64_t ch = chunk(win, 0);
-            if (ch < nchunk) {
-                st16<HINT>(a.row.data + ch * 8, make_uint4(w[0].x, w[0].y, w[1].x, w[1].y));
-                st16<HINT>(a.row.data + ch * 8 + 16, make_uint4(w[2].x, w[2].y, w[3].x, w[3].y));
-            }
-        } else {
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int64_t ch = chunk(win, q);
-                if (ch < nchunk)
-                    st8<HINT>(a.row.data + ch * 8, w[q]);
-            }
-        }
+        encode_window<DT, E5, KIND, RULE, OWN, HINT>(cur, win, nchunk, a, lane);
 #pragma unroll
         for (int q = 0; q < 4; q++)
             cur[q] = nxt[q];
+    }
+}
+
+/* The shared-memory barrier and bulk copy of rows_bulk (PTX ISA 8.0, sm_90). */
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+/* Arms the barrier's current phase for bytes of asynchronous copies (one arrival). */
+__device__ __forceinline__ void mbar_expect(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+/* Waits until the barrier's phase of the given parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "wait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra wait_%=;\n"
+                 "}" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+/* bytes (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst,
+ * completing on bar. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+/* rows_bulk: encode_window's coalesced walk (OWN = 0) with the input staged in shared memory
+ * by cp.async.bulk, each copy completing on its stage's mbarrier, the next steps' windows in
+ * flight while the current one is encoded.
+ *   WARPS = 0: a block of 8 warps takes a window of 1024 chunks (8192 contiguous elements) a
+ *     step, four stages; thread 0 issues the copies. Every thread reads its four chunks of
+ *     the stage into registers (16-byte shared loads, a warp 512 contiguous bytes), the block
+ *     syncs, the stage is refilled with the block's window four steps ahead, and only then
+ *     the window is encoded, so the refill overlaps the arithmetic.
+ *   WARPS = 1: every warp runs the same ring on its own (windows of 128 chunks, six stages,
+ *     lane 0 issuing, a warp sync in place of the block's), so no warp waits for another.
+ * The grid is the resident one; the last window may be partial (its bytes a multiple of 16:
+ * a chunk is 16 or 32 bytes). */
+template <int WARPS> struct bulk_geo {
+    static constexpr int stages = WARPS ? 6 : 4;
+    static constexpr int rings = WARPS ? 8 : 1;      /* rings a block: one a warp, or one */
+    static constexpr int64_t chunks = WARPS ? 128 : 1024; /* a window */
+};
+template <int DT, int WARPS> __host__ __device__ constexpr uint32_t bulk_window_bytes()
+{
+    return static_cast<uint32_t>(bulk_geo<WARPS>::chunks) * (DT == QC_IN_FP32 ? 32u : 16u);
+}
+template <int DT, int WARPS> __host__ __device__ constexpr size_t bulk_smem_bytes()
+{
+    return static_cast<size_t>(bulk_geo<WARPS>::rings) * bulk_geo<WARPS>::stages *
+           (bulk_window_bytes<DT, WARPS>() + sizeof(uint64_t));
+}
+
+template <int DT, int E5, int KIND, int RULE, int WARPS>
+__global__ void __launch_bounds__(256) rows_bulk(qc_input in, fast_args a)
+{
+    static_assert(KIND == K_MX || KIND == K_B1, "the block kinds");
+    using geo = bulk_geo<WARPS>;
+    constexpr int S = geo::stages;
+    constexpr uint32_t CB = DT == QC_IN_FP32 ? 32u : 16u; /* bytes a chunk */
+    constexpr uint32_t WB = bulk_window_bytes<DT, WARPS>();
+    extern __shared__ __align__(128) unsigned char bulk_sm[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int ring = WARPS ? warp : 0;
+    unsigned char *buf = bulk_sm + static_cast<size_t>(ring) * S * WB;
+    uint64_t *bar = reinterpret_cast<uint64_t *>(bulk_sm + static_cast<size_t>(geo::rings) * S * WB) + ring * S;
+    const bool issuer = WARPS ? lane == 0 : threadIdx.x == 0;
+    const int64_t nchunk = in.rows * in.cols / 8;
+    const int64_t nwin = (nchunk + geo::chunks - 1) / geo::chunks;
+    /* step i of this ring takes window first + i nrings, in stage i % S */
+    const int64_t first = WARPS ? static_cast<int64_t>(blockIdx.x) * 8 + warp : blockIdx.x;
+    const int64_t nrings = static_cast<int64_t>(gridDim.x) * geo::rings;
+    auto issue = [&](int64_t i) {
+        int64_t w = first + i * nrings;
+        if (w >= nwin)
+            return;
+        int64_t n = nchunk - w * geo::chunks;
+        uint32_t bytes = static_cast<uint32_t>(n < geo::chunks ? n : geo::chunks) * CB;
+        mbar_expect(&bar[i % S], bytes);
+        bulk_load(buf + (i % S) * WB, static_cast<const unsigned char *>(in.x) + w * geo::chunks * CB, bytes,
+                  &bar[i % S]);
+    };
+    if (issuer) {
+        for (int s = 0; s < S; s++)
+            mbar_init(&bar[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (issuer)
+        for (int i = 0; i < S; i++)
+            issue(i);
+    for (int64_t i = 0;; i++) {
+        int64_t w = first + i * nrings;
+        if (w >= nwin)
+            break;
+        mbar_wait(&bar[i % S], static_cast<uint32_t>((i / S) & 1));
+        const unsigned char *stage = buf + (i % S) * WB;
+        const int wc = WARPS ? 0 : warp * 128; /* this warp's first chunk in the window */
+        const int64_t win = w * geo::chunks + wc;
+        raw8<DT> cur[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            if (win + 32 * q + lane < nchunk) {
+                const uint4 *p = reinterpret_cast<const uint4 *>(stage + (wc + 32 * q + lane) * CB);
+                uint4 u = p[0];
+                cur[q].w[0] = u.x, cur[q].w[1] = u.y, cur[q].w[2] = u.z, cur[q].w[3] = u.w;
+                if constexpr (DT == QC_IN_FP32) {
+                    uint4 b = p[1];
+                    cur[q].w[4] = b.x, cur[q].w[5] = b.y, cur[q].w[6] = b.z, cur[q].w[7] = b.w;
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < (DT == QC_IN_FP32 ? 8 : 4); j++)
+                    cur[q].w[j] = 0;
+            }
+        }
+        /* every thread of the ring has read the stage: it may be refilled */
+        if (WARPS)
+            __syncwarp();
+        else
+            __syncthreads();
+        if (issuer) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue(i + S);
+        }
+        encode_window<DT, E5, KIND, RULE, 0, 0>(cur, win, nchunk, a, lane);
     }
 }
 
@@ -704,6 +861,27 @@ cudaError_t launch_pipe(const qc_input &in, const fast_args &a)
                        blocks_for(in.rows * in.cols / 8, 8 * 128), in, a);
 }
 
+template <int DT, int E5, int KIND, int RULE, int WARPS>
+cudaError_t launch_bulk(const qc_input &in, const fast_args &a)
+{
+    static int per_sm = 0;
+    auto kern = rows_bulk<DT, E5, KIND, RULE, WARPS>;
+    constexpr size_t smem = bulk_smem_bytes<DT, WARPS>();
+    if (per_sm == 0) {
+        cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+        if (err == cudaSuccess)
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem);
+        if (err != cudaSuccess)
+            return err;
+    }
+    unsigned grid = resident_grid(per_sm, (in.rows * in.cols / 8 + 1023) / 1024);
+    if (grid == 0)
+        return cudaSuccess;
+    kern<<<grid, 256, smem>>>(in, a);
+    return cudaGetLastError();
+}
+
 /* Launches the rowwise copy by qc_rows_path (qc_kernels.h): rows_vec with two or four
  * chunks a lane, or rows_pipe (MXFP8 and block 1x128, with 16-byte aligned codes;
  * tensorwise, or unaligned codes, take rows_vec's two chunks on the resident grid). */
@@ -728,6 +906,10 @@ cudaError_t launch_rows(const qc_input &in, const fast_args &a)
                 return launch_pipe<DT, E5, KIND, RULE, 0, 1>(in, a);
             case QC_ROWS_OWN_CS:
                 return launch_pipe<DT, E5, KIND, RULE, 1, 1>(in, a);
+            case QC_ROWS_BULK:
+                return launch_bulk<DT, E5, KIND, RULE, 0>(in, a);
+            case QC_ROWS_BULK_WARP:
+                return launch_bulk<DT, E5, KIND, RULE, 1>(in, a);
             default:
                 break;
             }
