@@ -172,10 +172,11 @@ extern int qc_rows_path;
 enum { QC_TILE_2 = 0, QC_TILE_3, QC_TILE_PACK3, QC_TILE_PACK4, QC_TILE_NPATHS };
 extern int qc_tile_path;
 /* The NVFP4 fast path's arithmetic: 0 the generic kernels' functions, 1 the magic-number
- * E2M1 encode and the butterfly transform where exact, 2 (default) the magic-number encode
- * with the generic transform, 3 the FMNMX-clamped magic encode, FMNMX amaxes, a shared
- * table of block factors and the transform with hardware BF16 rounding (cuda/qc_nvfp4.cu).
- * The outputs are the same; the benchmark times and self-checks each. */
+ * E2M1 encode and the butterfly transform where exact, 2 the magic-number encode with the
+ * generic transform, 3 (default, the fastest on an H100: docs/perf.md) the FMNMX-clamped
+ * magic encode, FMNMX amaxes, a shared table of block factors and the transform with
+ * hardware BF16 rounding (cuda/qc_nvfp4.cu). The outputs are the same; the benchmark times
+ * and self-checks each. */
 extern int qc_nvfp4_arith;
 
 #endif

@@ -29,7 +29,7 @@
 #include "qc_nvfp4.cuh"
 
 /* The fast path's arithmetic build (cuda/qc_kernels.h); the default is this one line. */
-int qc_nvfp4_arith = 2;
+int qc_nvfp4_arith = 3;
 
 namespace qc
 {
