@@ -231,6 +231,7 @@ void check_build3_device()
         cudaMemset(dbad, 0, kB3 * sizeof *dbad) != cudaSuccess) {
         fail("build 3 device", "cudaMalloc failed", 0, 0, 0);
         cudaFree(dbad);
+        cudaFree(dfirst);
         return;
     }
     build3_device<<<4096, 256>>>(dbad, dfirst);

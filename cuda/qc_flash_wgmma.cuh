@@ -656,28 +656,41 @@ template <int N> __global__ void probe_kernel(int *f) /* a template: no duplicat
     *f = QC_WGMMA;
 }
 
-/* Whether the wgmma kernels run here: a device of compute capability 9.0 whose loaded code
- * is the sm_90a build (checked once per process, on the current device). */
+/* Whether the wgmma kernels run on the current device: compute capability 9.0 with the
+ * sm_90a build of the code loaded (probed once a device; a probe that could not run is
+ * not remembered, and its error is cleared). */
 inline bool available()
 {
-    static int known = -1;
-    if (known >= 0)
-        return known == 1;
-    known = 0;
+    constexpr int kDevices = 64;
+    static int known[kDevices] = {}; /* 0 unknown, 1 yes, 2 no */
     int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-        major != 9 || minor != 0)
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices)
         return false;
+    if (known[dev])
+        return known[dev] == 1;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return false;
+    if (major != 9 || minor != 0) {
+        known[dev] = 2;
+        return false;
+    }
     int *f = nullptr, h = 0;
-    if (cudaMalloc(&f, sizeof(int)) != cudaSuccess)
+    if (cudaMalloc(&f, sizeof(int)) != cudaSuccess) {
+        cudaGetLastError();
         return false;
+    }
     probe_kernel<0><<<1, 1>>>(f);
-    if (cudaMemcpy(&h, f, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess && h == 1)
-        known = 1;
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(&h, f, sizeof(int), cudaMemcpyDeviceToHost);
     cudaFree(f);
-    return known == 1;
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    known[dev] = h == 1 ? 1 : 2;
+    return known[dev] == 1;
 }
 
 /* The class of (d, dv) (0: 64/64, 1: 128/128, 2: 192/128), or -1 when none fits or the

@@ -583,8 +583,10 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
             if (err == cudaSuccess) {
                 from_bf16_kernel<<<conv_blocks(2 * nhk), 256>>>(
                     reinterpret_cast<const __nv_bfloat16 *>(plan.dqk), wide.p, 2 * nhk);
-                err = cudaMemcpy(plan.dqk, wide.p, 2 * nhk * sizeof(float), cudaMemcpyDeviceToDevice);
+                err = cudaGetLastError();
             }
+            if (err == cudaSuccess)
+                err = cudaMemcpy(plan.dqk, wide.p, 2 * nhk * sizeof(float), cudaMemcpyDeviceToDevice);
         }
         if (err == cudaSuccess)
             err = cudaDeviceSynchronize();

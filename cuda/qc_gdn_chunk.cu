@@ -20,7 +20,7 @@
  * kGdnMmaBf16Smem walks the chunks with the lean kernels (state_lean_kernel,
  * dstate_lean_kernel: the state in mma accumulators, 4 or 8 warps a block) in place of
  * state_fast_kernel and dstate_fast_kernel, and sums BF16 dq̂, dk̂ (qk_sum_h_kernel);
- * QSPEC_GDN_SMEM_OLD=1 selects the earlier kernels. */
+ * gdn_smem_old (qc_gdn_chunk.h) selects the earlier kernels. */
 #include <cstdlib>
 #include <cuda_bf16.h>
 #include <vector>
@@ -30,6 +30,10 @@
 
 namespace qc
 {
+
+int gdn_smem_old = 0;
+int gdn_lean_warps = 0;
+
 namespace
 {
 
@@ -1350,22 +1354,17 @@ __global__ void __launch_bounds__(32 * kW, 1)
                     d[nt][e];
 }
 
-/* QSPEC_GDN_SMEM_OLD=1 (read at each call): kGdnMmaBf16Smem runs state_fast_kernel and
- * dstate_fast_kernel instead of the lean kernels, to time one against the other. */
 bool smem_old()
 {
-    const char *e = getenv("QSPEC_GDN_SMEM_OLD");
-    return e && e[0] == '1';
+    return gdn_smem_old != 0;
 }
 
 /* The lean kernels' warps a block: 8 (128 value columns) when hv x nseq blocks cover the
- * device's SMs, else 4 (64 columns, twice the blocks); QSPEC_GDN_LEAN_WARPS=4 or 8 (read at
- * each call) fixes it. */
+ * device's SMs, else 4 (64 columns, twice the blocks); gdn_lean_warps = 4 or 8 fixes it. */
 int lean_warps(const gdn_chunk_problem &p)
 {
-    const char *e = getenv("QSPEC_GDN_LEAN_WARPS");
-    if (e && (e[0] == '4' || e[0] == '8') && e[1] == 0)
-        return e[0] - '0';
+    if (gdn_lean_warps == 4 || gdn_lean_warps == 8)
+        return gdn_lean_warps;
     int dev = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)

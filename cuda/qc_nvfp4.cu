@@ -12,10 +12,10 @@
  *
  * The fast path's arithmetic comes in four builds with the same outputs (qc_nvfp4_arith):
  * 0, the generic kernels' own functions (E2M1 by threshold compares, the transform in the
- * reference's order); 1, e2m1_rne_magic and rht16_butterfly; 2 (the default), e2m1_rne_magic
- * with the transform in the reference's order. On an H100 (2026-12-05, docs/perf.md) the
+ * reference's order); 1, e2m1_rne_magic and rht16_butterfly; 2, e2m1_rne_magic with the
+ * transform in the reference's order. On an H100 (2026-12-05, docs/perf.md) the
  * magic encode made the rows without the transform 10 to 24% faster and the butterfly made
- * those with it slower. 3 (round 3, fewer instructions an element): e2m1_rne_minmax (the
+ * those with it slower. 3 (the default; round 3, fewer instructions an element): e2m1_rne_minmax (the
  * magic add with FMNMX clamps, about 8 instructions against 14), every amax by fmaxf of
  * |v| (one FMNMX a value against four), the block factors (a correctly rounded division
  * each) read from a shared table of all 256 scale codes computed once a thread block, and

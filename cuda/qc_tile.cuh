@@ -867,14 +867,13 @@ cudaError_t launch_bulk(const qc_input &in, const fast_args &a)
     static int per_sm = 0;
     auto kern = rows_bulk<DT, E5, KIND, RULE, WARPS>;
     constexpr size_t smem = bulk_smem_bytes<DT, WARPS>();
-    if (per_sm == 0) {
-        cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
-        if (err == cudaSuccess)
-            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem);
-        if (err != cudaSuccess)
-            return err;
-    }
+    /* the attribute is the current device's: set at every call */
+    cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem));
+    if (err == cudaSuccess && per_sm == 0)
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem);
+    if (err != cudaSuccess)
+        return err;
     unsigned grid = resident_grid(per_sm, (in.rows * in.cols / 8 + 1023) / 1024);
     if (grid == 0)
         return cudaSuccess;

@@ -26,14 +26,15 @@
  * (--skip-smem leaves out the BF16-staged forward and backward);
  * --fwd-only and --bwd-only time one direction (every check still runs); --profile times
  * only 64 value heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1
- * when a check fails. The environment variable QSPEC_GDN_SMEM_OLD=1 makes the BF16-staged
- * path (chunk-bf16-smem rows) run its earlier serial kernels (state_fast_kernel,
+ * when a check fails. The environment variable QSPEC_GDN_SMEM_OLD=1 (read at the start; it
+ * sets qc::gdn_smem_old) makes the BF16-staged path (chunk-bf16-smem rows) run its earlier
+ * serial kernels (state_fast_kernel,
  * dstate_fast_kernel, FP32 dq̂ and dk̂) instead of the lean ones; the first line says which.
- * QSPEC_GDN_LEAN_WARPS=4 or 8 fixes the lean kernels' warps a block (by default 8 where the
+ * QSPEC_GDN_LEAN_WARPS=4 or 8 (qc::gdn_lean_warps) fixes the lean kernels' warps a block (by default 8 where the
  * blocks cover the SMs: the timed shapes with several sequences; 4 elsewhere, the checks
  * included). With neither variable set, the checks run a second time with 8 warps.
  * --smem-both adds a chunk-bf16-smem-old row after each chunk-bf16-smem row: the same call
- * with QSPEC_GDN_SMEM_OLD=1. */
+ * with qc::gdn_smem_old set. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -61,7 +62,7 @@ typedef __nv_bfloat16 bf16;
 const char *const kMmaName[3] = {"bf16", "tf32x3", "bf16-smem"};
 bool g_smem_both = false; /* --smem-both: time the BF16-staged path's earlier kernels too */
 
-/* The timed rows: an mma and whether it runs with QSPEC_GDN_SMEM_OLD=1 (label "-old"). */
+/* The timed rows: an mma and whether it runs with qc::gdn_smem_old set (label "-old"). */
 struct timed_row {
     int mma;
     bool old;
@@ -79,19 +80,19 @@ std::vector<timed_row> timed_rows(std::initializer_list<int> mmas)
     return r;
 }
 
-/* Sets QSPEC_GDN_SMEM_OLD for an old row, and clears it after (the library reads it at each
+/* Sets qc::gdn_smem_old for an old row, and restores it after (the library reads it at each
  * call). */
 struct old_env {
     bool on;
-    explicit old_env(bool o) : on(o)
+    int was;
+    explicit old_env(bool o) : on(o), was(qc::gdn_smem_old)
     {
         if (on)
-            setenv("QSPEC_GDN_SMEM_OLD", "1", 1);
+            qc::gdn_smem_old = 1;
     }
     ~old_env()
     {
-        if (on)
-            unsetenv("QSPEC_GDN_SMEM_OLD");
+        qc::gdn_smem_old = was;
     }
 };
 
@@ -828,6 +829,8 @@ int main(int argc, char **argv)
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
     const char *old = getenv("QSPEC_GDN_SMEM_OLD");
     const char *lw = getenv("QSPEC_GDN_LEAN_WARPS");
+    qc::gdn_smem_old = old && old[0] == '1';
+    qc::gdn_lean_warps = lw && (lw[0] == '4' || lw[0] == '8') && lw[1] == 0 ? lw[0] - '0' : 0;
     printf("chunk-bf16-smem: %s serial kernels (QSPEC_GDN_SMEM_OLD=%s, QSPEC_GDN_LEAN_WARPS=%s)\n",
            old && old[0] == '1' ? "the earlier (state_fast, dstate_fast)" : "the lean",
            old ? old : "unset", lw ? lw : "unset");
@@ -849,12 +852,12 @@ int main(int argc, char **argv)
     }
     qs_ctx *ctx = qs_ctx_new();
     checks(ctx);
-    if (!g_skip_smem && !getenv("QSPEC_GDN_LEAN_WARPS") && !getenv("QSPEC_GDN_SMEM_OLD")) {
+    if (!g_skip_smem && qc::gdn_lean_warps == 0 && !qc::gdn_smem_old) {
         /* the checks' problems are small, so they take 4 warps: the 8-warp kernels too */
         printf("checks again with QSPEC_GDN_LEAN_WARPS=8\n");
-        setenv("QSPEC_GDN_LEAN_WARPS", "8", 1);
+        qc::gdn_lean_warps = 8;
         checks(ctx);
-        unsetenv("QSPEC_GDN_LEAN_WARPS");
+        qc::gdn_lean_warps = 0;
     }
     qs_ctx_free(ctx);
     printf("gdn_bench: checks: %d failing\n", g_fail);
