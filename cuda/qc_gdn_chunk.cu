@@ -11,16 +11,14 @@
  *     o = scale e^G (Q S) + A Vn, S = e^{G_last} S + (K . e^{G_last - G})^T Vn.
  * A partial last chunk is zero-padded (k, q, v, beta = 0, G held at its last valid value),
  * so padded rows contribute nothing. These kernels keep every tile in FP32 shared memory
- * and convert operands as they load them (BF16, or the TF32 pair); the BF16-staged pair
- * wy_fast_kernel / state_fast_kernel below does the same work on BF16 tiles. The backward
+ * and convert operands as they load them (BF16, or the TF32 pair); wy_fast_kernel and
+ * state_lean_kernel below do the same work on BF16 tiles (kGdnMmaBf16Smem). The backward
  * (section "the backward" below) runs wy_kernel and state_kernel again, then dstate_kernel
  * (serial over the chunks in reverse) and grad_kernel (every chunk in parallel); the
  * BF16-staged backward (kGdnMmaBf16Smem, at the end) runs wy_fast_kernel and
- * state_fast_kernel, then dstate_fast_kernel and grad_fast_kernel on BF16 tiles. By default
- * kGdnMmaBf16Smem walks the chunks with the lean kernels (state_lean_kernel,
- * dstate_lean_kernel: the state in mma accumulators, 4 or 8 warps a block) in place of
- * state_fast_kernel and dstate_fast_kernel, and sums BF16 dq̂, dk̂ (qk_sum_h_kernel);
- * gdn_smem_old (qc_gdn_chunk.h) selects the earlier kernels. */
+ * state_lean_kernel, then dstate_lean_kernel and grad_fast_kernel on BF16 tiles, and sums
+ * BF16 dq̂, dk̂ (qk_sum_h_kernel). The lean kernels hold the state (or its gradient) in the
+ * accumulators of their mma tiles, 4 or 8 warps a block. */
 #include <cstdlib>
 #include <cuda_bf16.h>
 #include <vector>
@@ -31,7 +29,6 @@
 namespace qc
 {
 
-int gdn_smem_old = 0;
 int gdn_lean_warps = 0;
 
 namespace
@@ -478,8 +475,8 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
 /* ---------------------------------------------------------------- the BF16-staged path */
 /* kGdnMmaBf16Smem: the same algorithm with dk = dv = 128 and BF16 tiles in shared memory read by
  * ldmatrix, BF16 W, U and A in the workspace, and the state kernel's tiles of the next
- * chunk fetched by cp.async while the current one is computed. The FP32 state stays in
- * shared memory; its BF16 copy is the matmul operand. */
+ * chunk fetched by cp.async while the current one is computed. The FP32 state stays in the
+ * walk's mma accumulators (state_lean_kernel); its BF16 rounding is the matmul operand. */
 
 constexpr int kLdH = kMaxD + 8;           /* BF16 row stride of [64][128] tiles (272 B) */
 constexpr int kLdH64 = kC + 8;            /* BF16 row stride of [.][64] tiles (144 B) */
@@ -488,10 +485,6 @@ constexpr int kTileH64 = kC * kLdH64 * 2; /* bytes */
 constexpr int kTileF = kC * kLdC * 4;     /* bytes, = kTileH */
 static_assert(kTileF == kTileH, "the FP32 [64][68] and BF16 [64][136] tiles alias");
 constexpr size_t kWyFastSmem = 5 * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float);
-constexpr int kStageBytes = 3 * kTileH + 2 * kTileH64;
-constexpr size_t kStateFastSmem = static_cast<size_t>(kMaxD) * kLdV * 4 +
-                                  static_cast<size_t>(kMaxD) * kLdH64 * 2 + 2 * kStageBytes +
-                                  2 * kTileH64 + (2 * kC + 3 * kC + 1) * sizeof(float);
 
 typedef __nv_bfloat16 bf16;
 
@@ -704,212 +697,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-/* The shared memory of state_fast_kernel. */
-struct state_fast_smem {
-    float *Sf;                    /* [128][kLdV] the FP32 state */
-    bf16 *Sh;                     /* [128][kLdH64] its BF16 copy */
-    bf16 *Vnh;                    /* [64][kLdH64] Vn */
-    bf16 *Vn2h;                   /* [64][kLdH64] F . Vn */
-    float *graw, *F, *Eg, *alast; /* graw [2][64] */
-    unsigned char *stage;
-    __device__ state_fast_smem(unsigned char *s)
-    {
-        Sf = reinterpret_cast<float *>(s);
-        s += kMaxD * kLdV * 4;
-        Sh = reinterpret_cast<bf16 *>(s);
-        s += kMaxD * kLdH64 * 2;
-        stage = s;
-        s += 2 * kStageBytes;
-        Vnh = reinterpret_cast<bf16 *>(s);
-        Vn2h = reinterpret_cast<bf16 *>(s + kTileH64);
-        s += 2 * kTileH64;
-        graw = reinterpret_cast<float *>(s);
-        F = graw + 2 * kC;
-        Eg = F + kC;
-        alast = Eg + 2 * kC;
-    }
-    __device__ bf16 *W(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes);
-    }
-    __device__ bf16 *K(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + kTileH);
-    }
-    __device__ bf16 *Q(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 2 * kTileH);
-    }
-    __device__ bf16 *U(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 3 * kTileH);
-    }
-    __device__ bf16 *A(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 3 * kTileH + kTileH64);
-    }
-};
-
-__global__ void __launch_bounds__(kThreads)
-    state_fast_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
-                      const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
-                      float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
-{
-    extern __shared__ __align__(16) unsigned char smb[];
-    state_fast_smem sm(smb);
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
-    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
-    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
-    int64_t cv = vb * kBV, nch = (len + kC - 1) / kC;
-    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
-    auto fetch = [&](int64_t c, int b) {
-        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        tile_rows(false, kLdH, sm.W(b), nc, W + row0 * kMaxD, kMaxD);
-        tile_rows(false, kLdH, sm.K(b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        if (o)
-            tile_rows(false, kLdH, sm.Q(b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        tile_rows(true, kLdH64, sm.U(b), nc, U + row0 * p.dv + cv, p.dv);
-        if (o)
-            tile_rows(true, kLdH64, sm.A(b), nc, A + row0 * kC, kC);
-        if (warp == 0)
-            for (int i = lane; i < kC; i += 32)
-                cp_async4(sm.graw + b * kC + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
-                          i < nc);
-    };
-    for (int e = tid; e < kMaxD * kBV; e += kThreads) {
-        int r = e / kBV, c = e % kBV;
-        float s = h0 ? h0[sbase + static_cast<size_t>(r) * p.dv + cv + c] : 0.0f;
-        sm.Sf[r * kLdV + c] = s;
-        sm.Sh[r * kLdH64 + c] = __float2bfloat16_rn(s);
-    }
-    if (nch > 0)
-        fetch(0, 0);
-    cp_commit();
-    int mt = warp >> 1, nb = (warp & 1) * 32;
-    for (int64_t c = 0; c < nch; c++) {
-        int b = static_cast<int>(c & 1);
-        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-        __syncthreads();
-        if (c + 1 < nch)
-            fetch(c + 1, b ^ 1);
-        cp_commit();
-        if (hs) { /* the backward: the BF16 state before chunk c (the matmul operand) */
-            bf16 *dst = hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD;
-            for (int e = tid; e < kMaxD * (kBV / 8); e += kThreads) {
-                int r = e / (kBV / 8), c8 = 8 * (e % (kBV / 8));
-                *reinterpret_cast<uint4 *>(dst + r * kMaxD + cv + c8) =
-                    *reinterpret_cast<const uint4 *>(sm.Sh + r * kLdH64 + c8);
-            }
-        }
-        cp_wait<1>();
-        if (warp == 0) {
-            __syncwarp();
-            float x0 = sm.graw[b * kC + lane], x1 = sm.graw[b * kC + lane + 32];
-            warp_cumsum64(x0, x1);
-            float G[2] = {x0, x1};
-            float gl = __shfl_sync(0xffffffffu, x1, 31);
-            sm.F[lane] = expf(__fsub_rn(gl, G[0]));
-            sm.F[lane + 32] = expf(__fsub_rn(gl, G[1]));
-            sm.Eg[lane] = __fmul_rn(p.scale, expf(G[0]));
-            sm.Eg[lane + 32] = __fmul_rn(p.scale, expf(G[1]));
-            if (lane == 0)
-                *sm.alast = expf(gl);
-        }
-        __syncthreads();
-        const bf16 *Wh = sm.W(b), *Kh = sm.K(b), *Qh = sm.Q(b), *Uh = sm.U(b), *Ah = sm.A(b);
-        float cw[4][4] = {}, cq[4][4] = {};
-        for (int k0 = 0; k0 < kMaxD; k0 += 16) { /* W S and Q S (W S only without o) */
-            uint32_t aw[4], aq[4], b0[4], b1[4];
-            frag_a_mk(aw, Wh, kLdH, 16 * mt, k0);
-            frag_b_kn(b0, sm.Sh, kLdH64, nb, k0);
-            frag_b_kn(b1, sm.Sh, kLdH64, nb + 16, k0);
-            mma2(cw[0], cw[1], aw, b0);
-            mma2(cw[2], cw[3], aw, b1);
-            if (o) {
-                frag_a_mk(aq, Qh, kLdH, 16 * mt, k0);
-                mma2(cq[0], cq[1], aq, b0);
-                mma2(cq[2], cq[3], aq, b1);
-            }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) /* Vn = U - W S, and F . Vn */
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                int i = 16 * mt + acc_row(e), j = nb + acc_col(nt, e);
-                float2 u = __bfloat1622float2(
-                    *reinterpret_cast<const __nv_bfloat162 *>(Uh + i * kLdH64 + j));
-                float v0 = __fsub_rn(u.x, cw[nt][e]), v1 = __fsub_rn(u.y, cw[nt][e + 1]);
-                st_pair(sm.Vnh + i * kLdH64 + j, v0, v1);
-                st_pair(sm.Vn2h + i * kLdH64 + j, __fmul_rn(v0, sm.F[i]), __fmul_rn(v1, sm.F[i]));
-                if (vn && i < nc) /* the backward: Vn over U (this block's columns only) */
-                    st_pair(vn + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * p.dv + cv + j,
-                            v0, v1);
-            }
-        __syncthreads();
-        if (o) {
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) /* o = Eg . (Q S) + A Vn */
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    cq[nt][e] = __fmul_rn(cq[nt][e], sm.Eg[16 * mt + acc_row(e)]);
-            for (int k0 = 0; k0 < kC; k0 += 16) {
-                uint32_t a[4], b0[4], b1[4];
-                frag_a_mk(a, Ah, kLdH64, 16 * mt, k0);
-                frag_b_kn(b0, sm.Vnh, kLdH64, nb, k0);
-                frag_b_kn(b1, sm.Vnh, kLdH64, nb + 16, k0);
-                mma2(cq[0], cq[1], a, b0);
-                mma2(cq[2], cq[3], a, b1);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    int i = 16 * mt + acc_row(e), j = nb + acc_col(nt, e);
-                    if (i < nc)
-                        st_pair(o + (static_cast<size_t>(tok0 + i) * p.hv + hvi) * p.dv + cv + j,
-                                cq[nt][e], cq[nt][e + 1]);
-                }
-        }
-        { /* S = alast S + K^T (F . Vn), rows 16 warp .. + 16 */
-            int r0 = 16 * warp;
-            float al = *sm.alast, cs[8][4];
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    cs[nt][e] = __fmul_rn(sm.Sf[(r0 + acc_row(e)) * kLdV + acc_col(nt, e)], al);
-            for (int k0 = 0; k0 < kC; k0 += 16) {
-                uint32_t a[4];
-                frag_a_km(a, Kh, kLdH, r0, k0);
-#pragma unroll
-                for (int np = 0; np < 4; np++) {
-                    uint32_t bb[4];
-                    frag_b_kn(bb, sm.Vn2h, kLdH64, 16 * np, k0);
-                    mma2(cs[2 * np], cs[2 * np + 1], a, bb);
-                }
-            }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    int r = r0 + acc_row(e), j = acc_col(nt, e);
-                    sm.Sf[r * kLdV + j] = cs[nt][e];
-                    sm.Sf[r * kLdV + j + 1] = cs[nt][e + 1];
-                    st_pair(sm.Sh + r * kLdH64 + j, cs[nt][e], cs[nt][e + 1]);
-                }
-        }
-    }
-    cp_wait<0>();
-    __syncthreads();
-    if (ht)
-        for (int e = tid; e < kMaxD * kBV; e += kThreads) {
-            int r = e / kBV, c = e % kBV;
-            ht[sbase + static_cast<size_t>(r) * p.dv + cv + c] = sm.Sf[r * kLdV + c];
-        }
-}
-
 /* The lean serial kernels of kGdnMmaBf16Smem: one block of kW warps (4 or 8) per (16 kW value
  * columns, value head, sequence), each warp owning 16 value columns of the state, transposed (S^T,
  * [16 dv][128 dk]), in the FP32 accumulators of its mma tiles. S^T is the A operand of the products
@@ -1070,7 +857,7 @@ __device__ __forceinline__ void lean_gates(const float *graw, float *v, float sc
 /* The forward walk (kOut: o, from Q and A too) or the backward's state pass (!kOut: the BF16
  * state before each chunk into hs, Vn over U through vn), the lean way. Per chunk and warp:
  * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
- * the same products and roundings as state_fast_kernel. */
+ * every product rounded to BF16 as an operand, FP32 accumulation. */
 template <bool kOut, int kW>
 __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
     state_lean_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
@@ -1216,7 +1003,7 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
 /* The backward's reverse walk, the lean way: dS^T ([16 value columns][128 dk] a warp) in the
  * accumulators. Per chunk, from the last: dS' (BF16) into dhs, dVn^T = (dS'^T K^T) . F + dO^T A
  * (BF16 into dVn), dS^T = e^{G_l} dS'^T + (dO^T . scale e^G) Q - dVn^T W; the last dS is dh0.
- * The same products and roundings as dstate_fast_kernel. */
+ * Every product rounded to BF16 as an operand, FP32 accumulation. */
 template <int kW>
 __global__ void __launch_bounds__(32 * kW, 1)
     dstate_lean_kernel(gdn_chunk_problem p, const int32_t *chunk0, int64_t nchunks, const bf16 *q,
@@ -1354,11 +1141,6 @@ __global__ void __launch_bounds__(32 * kW, 1)
                     d[nt][e];
 }
 
-bool smem_old()
-{
-    return gdn_smem_old != 0;
-}
-
 /* The lean kernels' warps a block: 8 (128 value columns) when hv x nseq blocks cover the
  * device's SMs, else 4 (64 columns, twice the blocks); gdn_lean_warps = 4 or 8 fixes it. */
 int lean_warps(const gdn_chunk_problem &p)
@@ -1372,18 +1154,16 @@ int lean_warps(const gdn_chunk_problem &p)
     return p.hv * p.nseq >= sms ? 8 : 4;
 }
 
-/* The serial kernels, their threads, shared memory and value columns a block of
- * kGdnMmaBf16Smem: the lean ones of lw warps, or the earlier ones (old). */
+/* The serial kernels of kGdnMmaBf16Smem, their threads, shared memory and value columns a
+ * block: the lean ones of lw warps. */
 template <class Fn> struct serial_kernel {
     Fn fn;
     int threads;
     size_t smem;
     int cols;
 };
-template <bool kOut> serial_kernel<decltype(&state_fast_kernel)> state_pick(bool old, int lw)
+template <bool kOut> serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_pick(int lw)
 {
-    if (old)
-        return {state_fast_kernel, kThreads, kStateFastSmem, kBV};
     if (lw == 8)
         return {state_lean_kernel<kOut, 8>, 256, lean_layout<kOut, 8>::kBytes, 128};
     return {state_lean_kernel<kOut, 4>, 128, lean_layout<kOut, 4>::kBytes, 64};
@@ -1393,7 +1173,7 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
                         const void *k, const void *v, const float *g, const float *beta,
                         const float *h0, void *o, float *ht, cudaStream_t st)
 {
-    auto sk = state_pick<true>(smem_old(), lean_warps(p));
+    auto sk = state_pick<true>(lean_warps(p));
     cudaError_t err = cudaFuncSetAttribute(
         wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
     if (err == cudaSuccess)
@@ -2020,12 +1800,13 @@ cudaError_t launch_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, c
 /* kGdnMmaBf16Smem (dk = dv = 128, BF16 arrays): the backward of docs/gdn.md on BF16 tiles in
  * shared memory read by ldmatrix, BF16 workspace and BF16 states.
  *   wy_fast_kernel as in the forward, keeping T too (BF16 [hv][tokens][64]);
- *   state_fast_kernel without o: the BF16 state before each chunk into hs, Vn over U;
- *   dstate_fast_kernel, one block per (64 value columns, value head, sequence), serial over
- *     the chunks in reverse, the FP32 state gradient and its BF16 copy in shared memory, the
- *     tiles of the previous chunk fetched by cp.async while the current one is computed:
- *     the BF16 dS' into dhs, dVn = diag(F) (K dS') + A^T dO into the workspace (BF16), dS =
- *     e^{G_last} dS' + Q^T (scale e^G . dO) - W^T dVn; the last dS is dh0;
+ *   state_lean_kernel without o: the BF16 state before each chunk into hs, Vn over U;
+ *   dstate_lean_kernel, one block per (16 kW value columns, value head, sequence), serial
+ *     over the chunks in reverse, each warp's 16 columns of the state gradient in its FP32
+ *     mma accumulators, the tiles of the previous chunk fetched by cp.async while the current
+ *     one is computed: the BF16 dS' into dhs, dVn = diag(F) (K dS') + A^T dO into the
+ *     workspace (BF16), dS = e^{G_last} dS' + Q^T (scale e^G . dO) - W^T dVn; the last dS
+ *     is dh0;
  *   grad_fast_kernel, one block per (chunk, value head): every tile of the chunk (K, Q, V,
  *     dO, Vn, dVn, A, T, S, dS') by cp.async, then the matmuls of step 3 with the row and
  *     column sums spread over the block and dg as a warp scan. T and dVn come from the
@@ -2036,204 +1817,6 @@ cudaError_t launch_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, c
 /* The workspace of the BF16-staged backward, in BF16 elements per (value head, token). */
 constexpr int64_t kWsBwdFast = 2 * kMaxD + 2 * kC + kMaxD;
 
-constexpr size_t kDstateFastSmem = kStateFastSmem; /* the same layout, see dstate_fast_smem */
-
-/* The shared memory of dstate_fast_kernel: that of state_fast_kernel with dS for S, and the
- * stage holding W, K, Q, A and dO (in U's place). */
-struct dstate_fast_smem {
-    float *dSf;                /* [128][kLdV] the FP32 state gradient */
-    bf16 *dSh;                 /* [128][kLdH64] its BF16 copy */
-    bf16 *dVh;                 /* [64][kLdH64] -dVn */
-    bf16 *dOe;                 /* [64][kLdH64] scale e^G . dO */
-    float *graw, *F, *Es, *al; /* graw [2][64] */
-    unsigned char *stage;
-    __device__ dstate_fast_smem(unsigned char *s)
-    {
-        dSf = reinterpret_cast<float *>(s);
-        s += kMaxD * kLdV * 4;
-        dSh = reinterpret_cast<bf16 *>(s);
-        s += kMaxD * kLdH64 * 2;
-        stage = s;
-        s += 2 * kStageBytes;
-        dVh = reinterpret_cast<bf16 *>(s);
-        dOe = reinterpret_cast<bf16 *>(s + kTileH64);
-        s += 2 * kTileH64;
-        graw = reinterpret_cast<float *>(s);
-        F = graw + 2 * kC;
-        Es = F + kC;
-        al = Es + 2 * kC;
-    }
-    __device__ bf16 *W(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes);
-    }
-    __device__ bf16 *K(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + kTileH);
-    }
-    __device__ bf16 *Q(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 2 * kTileH);
-    }
-    __device__ bf16 *dO(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 3 * kTileH);
-    }
-    __device__ bf16 *A(int b) const
-    {
-        return reinterpret_cast<bf16 *>(stage + b * kStageBytes + 3 * kTileH + kTileH64);
-    }
-};
-
-__global__ void __launch_bounds__(kThreads, 1)
-    dstate_fast_kernel(gdn_chunk_problem p, const int32_t *chunk0, int64_t nchunks, const bf16 *q,
-                       const bf16 *k, const bf16 *dout, const float *gate, const bf16 *W,
-                       const bf16 *A, const float *dht, bf16 *dhs, bf16 *dVn, float *dh0)
-{
-    extern __shared__ __align__(16) unsigned char smb[];
-    dstate_fast_smem sm(smb);
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
-    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
-    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
-    int64_t cv = vb * kBV, nch = (len + kC - 1) / kC;
-    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
-    auto fetch = [&](int64_t c, int b) {
-        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        tile_rows(false, kLdH, sm.W(b), nc, W + row0 * kMaxD, kMaxD);
-        tile_rows(false, kLdH, sm.K(b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        tile_rows(false, kLdH, sm.Q(b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        tile_rows(true, kLdH64, sm.dO(b), nc, dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
-        tile_rows(true, kLdH64, sm.A(b), nc, A + row0 * kC, kC);
-        if (warp == 0)
-            for (int i = lane; i < kC; i += 32)
-                cp_async4(sm.graw + b * kC + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
-                          i < nc);
-    };
-    for (int e = tid; e < kMaxD * kBV; e += kThreads) {
-        int r = e / kBV, c = e % kBV;
-        float s = dht ? dht[sbase + static_cast<size_t>(r) * p.dv + cv + c] : 0.0f;
-        sm.dSf[r * kLdV + c] = s;
-        sm.dSh[r * kLdH64 + c] = __float2bfloat16_rn(s);
-    }
-    if (nch > 0)
-        fetch(nch - 1, 0);
-    cp_commit();
-    int mt = warp >> 1, nb = (warp & 1) * 32;
-    for (int64_t it = 0; it < nch; it++) {
-        int64_t c = nch - 1 - it;
-        int b = static_cast<int>(it & 1);
-        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        __syncthreads();
-        if (c > 0)
-            fetch(c - 1, b ^ 1);
-        cp_commit();
-        { /* dS' of chunk c, BF16 (the operand grad_fast_kernel uses) */
-            bf16 *dst = dhs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD;
-            for (int e = tid; e < kMaxD * (kBV / 8); e += kThreads) {
-                int r = e / (kBV / 8), c8 = 8 * (e % (kBV / 8));
-                *reinterpret_cast<uint4 *>(dst + r * kMaxD + cv + c8) =
-                    *reinterpret_cast<const uint4 *>(sm.dSh + r * kLdH64 + c8);
-            }
-        }
-        cp_wait<1>();
-        if (warp == 0) {
-            __syncwarp();
-            float x0 = sm.graw[b * kC + lane], x1 = sm.graw[b * kC + lane + 32];
-            warp_cumsum64(x0, x1);
-            float gl = __shfl_sync(0xffffffffu, x1, 31);
-            sm.F[lane] = expf(__fsub_rn(gl, x0));
-            sm.F[lane + 32] = expf(__fsub_rn(gl, x1));
-            sm.Es[lane] = __fmul_rn(p.scale, expf(x0));
-            sm.Es[lane + 32] = __fmul_rn(p.scale, expf(x1));
-            if (lane == 0)
-                *sm.al = expf(gl);
-        }
-        __syncthreads();
-        const bf16 *Wh = sm.W(b), *Kh = sm.K(b), *Qh = sm.Q(b), *dOh = sm.dO(b), *Ah = sm.A(b);
-        { /* dVn = diag(F) (K dS') + A^T dO, rows 16 mt, columns nb .. nb + 32 */
-            float cv4[4][4] = {};
-            for (int k0 = 0; k0 < kMaxD; k0 += 16) {
-                uint32_t a[4], b0[4], b1[4];
-                frag_a_mk(a, Kh, kLdH, 16 * mt, k0);
-                frag_b_kn(b0, sm.dSh, kLdH64, nb, k0);
-                frag_b_kn(b1, sm.dSh, kLdH64, nb + 16, k0);
-                mma2(cv4[0], cv4[1], a, b0);
-                mma2(cv4[2], cv4[3], a, b1);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    cv4[nt][e] = __fmul_rn(cv4[nt][e], sm.F[16 * mt + acc_row(e)]);
-            for (int k0 = 0; k0 < kC; k0 += 16) {
-                uint32_t a[4], b0[4], b1[4];
-                frag_a_km(a, Ah, kLdH64, 16 * mt, k0);
-                frag_b_kn(b0, dOh, kLdH64, nb, k0);
-                frag_b_kn(b1, dOh, kLdH64, nb + 16, k0);
-                mma2(cv4[0], cv4[1], a, b0);
-                mma2(cv4[2], cv4[3], a, b1);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    int i = 16 * mt + acc_row(e), j = nb + acc_col(nt, e);
-                    st_pair(sm.dVh + i * kLdH64 + j, -cv4[nt][e], -cv4[nt][e + 1]);
-                    if (i < nc)
-                        st_pair(dVn + (row0 + i) * p.dv + cv + j, cv4[nt][e], cv4[nt][e + 1]);
-                }
-        }
-        for (int e = tid; e < kC * (kBV / 2); e += kThreads) { /* dOe = Es . dO */
-            int i = e / (kBV / 2), j = 2 * (e % (kBV / 2));
-            float2 d =
-                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(dOh + i * kLdH64 + j));
-            st_pair(sm.dOe + i * kLdH64 + j, __fmul_rn(d.x, sm.Es[i]), __fmul_rn(d.y, sm.Es[i]));
-        }
-        __syncthreads();
-        { /* dS = al dS' + Q^T dOe + W^T (-dVn), rows 16 warp .. + 16, all 64 columns */
-            int r0 = 16 * warp;
-            float al = *sm.al, cs[8][4];
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    cs[nt][e] = __fmul_rn(sm.dSf[(r0 + acc_row(e)) * kLdV + acc_col(nt, e)], al);
-            for (int k0 = 0; k0 < kC; k0 += 16) {
-                uint32_t aq[4], aw[4];
-                frag_a_km(aq, Qh, kLdH, r0, k0);
-                frag_a_km(aw, Wh, kLdH, r0, k0);
-#pragma unroll
-                for (int np = 0; np < 4; np++) {
-                    uint32_t bo[4], bv[4];
-                    frag_b_kn(bo, sm.dOe, kLdH64, 16 * np, k0);
-                    frag_b_kn(bv, sm.dVh, kLdH64, 16 * np, k0);
-                    mma2(cs[2 * np], cs[2 * np + 1], aq, bo);
-                    mma2(cs[2 * np], cs[2 * np + 1], aw, bv);
-                }
-            }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    int r = r0 + acc_row(e), j = acc_col(nt, e);
-                    sm.dSf[r * kLdV + j] = cs[nt][e];
-                    sm.dSf[r * kLdV + j + 1] = cs[nt][e + 1];
-                    st_pair(sm.dSh + r * kLdH64 + j, cs[nt][e], cs[nt][e + 1]);
-                }
-        }
-    }
-    cp_wait<0>();
-    __syncthreads();
-    if (dh0)
-        for (int e = tid; e < kMaxD * kBV; e += kThreads) {
-            int r = e / kBV, c = e % kBV;
-            dh0[sbase + static_cast<size_t>(r) * p.dv + cv + c] = sm.dSf[r * kLdV + c];
-        }
-}
-
 constexpr int kTileS = kMaxD * kLdH * 2; /* bytes of a BF16 [128][kLdH] state tile */
 /* grad_fast_kernel's vectors (floats): G, Bt, Ex, F [64]; rv, rq, rk, ry [2][64]; gk [64];
  * rowL, rowM, colM, colN, dG [64]; red [8] */
@@ -2243,7 +1826,6 @@ constexpr size_t kGradFastSmem = 7 * static_cast<size_t>(kTileH) + 2 * static_ca
 static_assert(3 * kTileF <= 2 * kTileS, "dA, dT and Lg (FP32) fit in the state tiles");
 static_assert(4 * kTileH64 <= 4 * kTileH, "dT, P, dAs and Bl (BF16) fit in V, dO, Vn, dVn");
 static_assert(kGradFastSmem <= 227 * 1024, "grad_fast_kernel's shared memory");
-static_assert(kDstateFastSmem <= 227 * 1024, "dstate_fast_kernel's shared memory");
 static_assert(kThreads == 4 * kC, "grad_fast_kernel's row sums: a quad of threads a row");
 
 /* The shared memory of grad_fast_kernel: K, Q, V, dO, Vn, dVn [64][kLdH]; S, dS' [128][kLdH];
@@ -2322,8 +1904,8 @@ __global__ void __launch_bounds__(kThreads)
     grad_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, int64_t nchunks, const bf16 *q,
                      const bf16 *k, const bf16 *v, const bf16 *dout, const float *gate,
                      const float *beta, const bf16 *Vn, const bf16 *A, const bf16 *Tw,
-                     const bf16 *dVn, const bf16 *hs, const bf16 *dhs, float *dq_hv, float *dk_hv,
-                     bf16 *dv, float *dg, float *dbeta, bf16 *dqk_h)
+                     const bf16 *dVn, const bf16 *hs, const bf16 *dhs, bf16 *dv, float *dg,
+                     float *dbeta, bf16 *dqk_h)
 {
     extern __shared__ __align__(16) unsigned char smb[];
     grad_fast_smem s(smb);
@@ -2642,16 +2224,10 @@ __global__ void __launch_bounds__(kThreads)
                 int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
                 if (i < nc) {
                     size_t off = (static_cast<size_t>(tok0 + i) * p.hv + hvi) * kMaxD + d;
-                    if (dqk_h) { /* BF16 [2][tokens][hv][128] for qk_sum_h_kernel */
-                        st_pair(dqk_h + off, cQ[nt][e], cQ[nt][e + 1]);
-                        st_pair(dqk_h + static_cast<size_t>(p.tokens) * p.hv * kMaxD + off,
-                                cK[nt][e], cK[nt][e + 1]);
-                    } else {
-                        *reinterpret_cast<float2 *>(dq_hv + off) =
-                            make_float2(cQ[nt][e], cQ[nt][e + 1]);
-                        *reinterpret_cast<float2 *>(dk_hv + off) =
-                            make_float2(cK[nt][e], cK[nt][e + 1]);
-                    }
+                    /* BF16 [2][tokens][hv][128] for qk_sum_h_kernel */
+                    st_pair(dqk_h + off, cQ[nt][e], cQ[nt][e + 1]);
+                    st_pair(dqk_h + static_cast<size_t>(p.tokens) * p.hv * kMaxD + off, cK[nt][e],
+                            cK[nt][e + 1]);
                 }
             }
     }
@@ -2737,15 +2313,12 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
         return cudaErrorInvalidValue;
     cudaError_t err = cudaFuncSetAttribute(
         wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
-    bool old = smem_old();
     int lw = lean_warps(p);
-    auto sk = state_pick<false>(old, lw);
-    serial_kernel<decltype(&dstate_fast_kernel)> dk_{dstate_fast_kernel, kThreads, kDstateFastSmem,
-                                                     kBV};
-    if (!old && lw == 8)
+    auto sk = state_pick<false>(lw);
+    serial_kernel<decltype(&dstate_lean_kernel<4>)> dk_{dstate_lean_kernel<4>, 128,
+                                                        lean_layout<true, 4>::kBytes, 64};
+    if (lw == 8)
         dk_ = {dstate_lean_kernel<8>, 256, lean_layout<true, 8>::kBytes, 128};
-    else if (!old)
-        dk_ = {dstate_lean_kernel<4>, 128, lean_layout<true, 4>::kBytes, 64};
     if (err == cudaSuccess)
         err =
             cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);
@@ -2761,7 +2334,6 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     bf16 *W = reinterpret_cast<bf16 *>(plan.ws), *U = W + rows * kMaxD, *A = U + rows * kMaxD;
     bf16 *Tw = A + rows * kC, *dVn = Tw + rows * kC;
     bf16 *hs = reinterpret_cast<bf16 *>(plan.hs), *dhs = reinterpret_cast<bf16 *>(plan.dhs);
-    float *dq_hv = plan.dqk, *dk_hv = dq_hv + static_cast<size_t>(p.tokens) * p.hv * p.dk;
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     const bf16 *tv = static_cast<const bf16 *>(v), *tdo = static_cast<const bf16 *>(dout);
     if (plan.nchunks > 0) {
@@ -2778,14 +2350,10 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     if (plan.nchunks > 0)
         grad_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kGradFastSmem,
                            st>>>(p, plan.chunks, plan.nchunks, tq, tk, tv, tdo, g, beta, U, A, Tw,
-                                 dVn, hs, dhs, dq_hv, dk_hv, static_cast<bf16 *>(dv), dg, dbeta,
-                                 old ? nullptr : reinterpret_cast<bf16 *>(plan.dqk));
+                                 dVn, hs, dhs, static_cast<bf16 *>(dv), dg, dbeta,
+                                 reinterpret_cast<bf16 *>(plan.dqk));
     int64_t nqk = p.tokens * p.h * p.dk;
-    if (dq && dk && nqk > 0 && old) {
-        unsigned nb = (unsigned)((nqk + 255) / 256);
-        qk_sum_kernel<bf16><<<nb, 256, 0, st>>>(p, dq_hv, static_cast<bf16 *>(dq));
-        qk_sum_kernel<bf16><<<nb, 256, 0, st>>>(p, dk_hv, static_cast<bf16 *>(dk));
-    } else if (dq && dk && nqk > 0) {
+    if (dq && dk && nqk > 0) {
         unsigned nb = (unsigned)((nqk / 8 + 255) / 256);
         qk_sum_h_kernel<<<dim3(nb, 2), 256, 0, st>>>(p, reinterpret_cast<const bf16 *>(plan.dqk),
                                                      static_cast<bf16 *>(dq),
@@ -2798,7 +2366,7 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
 
 bool gdn_chunk_dqk_bf16(int mma)
 {
-    return mma == kGdnMmaBf16Smem && !smem_old();
+    return mma == kGdnMmaBf16Smem;
 }
 
 bool gdn_chunk_fits(int64_t dk, int64_t dv)

@@ -22,7 +22,7 @@ enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2 };
  * kGdnIoBf16 only. Its backward keeps T and dVn in the workspace too, and the states before
  * and the state gradients after each chunk (plan.hs, plan.dhs) in BF16. Its serial kernels
  * are the lean ones (state and state gradient in registers, 4 or 8 warps a block;
- * gdn_lean_warps fixes the choice); with gdn_smem_old set, the earlier ones. */
+ * gdn_lean_warps fixes the choice). */
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
 enum gdn_chunk_io { kGdnIoF32 = 0, kGdnIoBf16 = 1 };
@@ -52,11 +52,8 @@ struct gdn_chunk_plan {
     float *dqk = nullptr; /* backward: [2][tokens][hv][dk] dq̂ then dk̂ of each value head */
 };
 
-/* Switches of kGdnMmaBf16Smem for the benchmark (the plugin leaves them at 0), read at each
- * call: gdn_smem_old != 0 runs the earlier serial kernels (state_fast_kernel,
- * dstate_fast_kernel, FP32 dq̂ and dk̂) in place of the lean ones; gdn_lean_warps = 4 or 8
- * fixes the lean kernels' warps a block (0: by the problem's size). */
-extern int gdn_smem_old;
+/* The lean kernels' warps a block for the benchmark (the plugin leaves it at 0), read at each
+ * call: 4 or 8 fixes it; 0 chooses by the problem's size. */
 extern int gdn_lean_warps;
 /* Whether a backward with mma leaves plan.dqk in BF16 ([2][tokens][hv][128]) rather than
  * FP32 (gdn_chunk_bwd with dq and dk NULL). */
@@ -82,7 +79,7 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
  * before any l2norm backward, which the caller applies), dv [tokens, hv, dv], dg, dbeta
  * [tokens, hv] and dh0 [nseq, hv, dk, dv] (NULL: not wanted). dq and dk may both be NULL:
  * then only plan.dqk holds them, per value head (FP32 [2][tokens][hv][dk]; with kGdnMmaBf16Smem
- * BF16 [2][tokens][hv][128] in its first half, unless gdn_smem_old is set). Values of the io type
+ * BF16 [2][tokens][hv][128] in its first half). Values of the io type
  * are rounded to out_dt (kGdnIoF32) or BF16. kGdnMmaTf32x3, kGdnMmaBf16, or kGdnMmaBf16Smem (dk =
  * dv = 128 and kGdnIoBf16 only, else cudaErrorInvalidValue). Asynchronous on stream st. */
 cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int mma, int io,

@@ -22,19 +22,14 @@
  *    TF32x3 path's.
  * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
  * / 16, beta = sigmoid(N(0,1)), v, dout ~ N(0,1), no initial state or dht in the timed runs.
- * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile] [--smem-both]
- * (--skip-smem leaves out the BF16-staged forward and backward);
- * --fwd-only and --bwd-only time one direction (every check still runs); --profile times
- * only 64 value heads x 1 x 32768, four calls a path, without checks (for ncu). Exits 1
- * when a check fails. The environment variable QSPEC_GDN_SMEM_OLD=1 (read at the start; it
- * sets qc::gdn_smem_old) makes the BF16-staged path (chunk-bf16-smem rows) run its earlier
- * serial kernels (state_fast_kernel,
- * dstate_fast_kernel, FP32 dq̂ and dk̂) instead of the lean ones; the first line says which.
- * QSPEC_GDN_LEAN_WARPS=4 or 8 (qc::gdn_lean_warps) fixes the lean kernels' warps a block (by default 8 where the
- * blocks cover the SMs: the timed shapes with several sequences; 4 elsewhere, the checks
- * included). With neither variable set, the checks run a second time with 8 warps.
- * --smem-both adds a chunk-bf16-smem-old row after each chunk-bf16-smem row: the same call
- * with qc::gdn_smem_old set. */
+ * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile]
+ * (--skip-smem leaves out the BF16-staged forward and backward); --fwd-only and --bwd-only
+ * time one direction (every check still runs); --profile times only 64 value heads x 1 x
+ * 32768, four calls a path, without checks (for ncu). Exits 1 when a check fails. The
+ * environment variable QSPEC_GDN_LEAN_WARPS=4 or 8 (read at the start into
+ * qc::gdn_lean_warps) fixes the lean kernels' warps a block (by default 8 where the blocks
+ * cover the SMs: the timed shapes with several sequences; 4 elsewhere, the checks included);
+ * unset, the checks run a second time with 8 warps. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -60,41 +55,15 @@ bool g_profile = false;   /* --profile: one call of each path, no checks (for nc
 
 typedef __nv_bfloat16 bf16;
 const char *const kMmaName[3] = {"bf16", "tf32x3", "bf16-smem"};
-bool g_smem_both = false; /* --smem-both: time the BF16-staged path's earlier kernels too */
-
-/* The timed rows: an mma and whether it runs with qc::gdn_smem_old set (label "-old"). */
-struct timed_row {
-    int mma;
-    bool old;
-};
-std::vector<timed_row> timed_rows(std::initializer_list<int> mmas)
+/* The timed paths: mmas, the BF16-staged one left out under --skip-smem. */
+std::vector<int> timed_mmas(std::initializer_list<int> mmas)
 {
-    std::vector<timed_row> r;
-    for (int m : mmas) {
-        if (m == qc::kGdnMmaBf16Smem && g_skip_smem)
-            continue;
-        r.push_back({m, false});
-        if (m == qc::kGdnMmaBf16Smem && g_smem_both)
-            r.push_back({m, true});
-    }
+    std::vector<int> r;
+    for (int m : mmas)
+        if (!(m == qc::kGdnMmaBf16Smem && g_skip_smem))
+            r.push_back(m);
     return r;
 }
-
-/* Sets qc::gdn_smem_old for an old row, and restores it after (the library reads it at each
- * call). */
-struct old_env {
-    bool on;
-    int was;
-    explicit old_env(bool o) : on(o), was(qc::gdn_smem_old)
-    {
-        if (on)
-            qc::gdn_smem_old = 1;
-    }
-    ~old_env()
-    {
-        qc::gdn_smem_old = was;
-    }
-};
 
 unsigned blocks(size_t n)
 {
@@ -693,19 +662,17 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    for (timed_row row : timed_rows({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem})) {
-        int mma = row.mma;
-        old_env env(row.old);
+    for (int mma : timed_mmas({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem})) {
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, o,
                                      ht, 0);
         });
         bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
         CHECK_CUDA(cudaDeviceSynchronize());
-        printf("time gdn_fwd chunk-%-9s%s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms "
+        printf("time gdn_fwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms "
                "%.5f  "
                "ht rrms %.5f\n",
-               kMmaName[mma], row.old ? "-old" : "", (long long)hv, (long long)nseq,
+               kMmaName[mma], (long long)hv, (long long)nseq,
                (long long)seq_t, med, flop / (med * 1e-3) / 1e12, dev_rrms(of, oref, nv),
                dev_rrms(ht, htref, ns));
         fflush(stdout);
@@ -773,9 +740,7 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    for (timed_row row : timed_rows({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem})) {
-        int mma = row.mma;
-        old_env env(row.old);
+    for (int mma : timed_mmas({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem})) {
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
                                      nullptr, dq, dk, dv, dg, db, dh0, 0);
@@ -790,8 +755,8 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                 CHECK_CUDA(
                     cudaMemcpy(ref[3 + a], f32[a], nref[3 + a] * 4, cudaMemcpyDeviceToDevice));
         CHECK_CUDA(cudaDeviceSynchronize());
-        printf("time gdn_bwd chunk-%-9s%s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s",
-               kMmaName[mma], row.old ? "-old" : "", (long long)hv, (long long)nseq,
+        printf("time gdn_bwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s",
+               kMmaName[mma], (long long)hv, (long long)nseq,
                (long long)seq_t, med, flop / (med * 1e-3) / 1e12);
         if (mma != qc::kGdnMmaTf32x3) {
             const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
@@ -827,19 +792,15 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    const char *old = getenv("QSPEC_GDN_SMEM_OLD");
     const char *lw = getenv("QSPEC_GDN_LEAN_WARPS");
-    qc::gdn_smem_old = old && old[0] == '1';
     qc::gdn_lean_warps = lw && (lw[0] == '4' || lw[0] == '8') && lw[1] == 0 ? lw[0] - '0' : 0;
-    printf("chunk-bf16-smem: %s serial kernels (QSPEC_GDN_SMEM_OLD=%s, QSPEC_GDN_LEAN_WARPS=%s)\n",
-           old && old[0] == '1' ? "the earlier (state_fast, dstate_fast)" : "the lean",
-           old ? old : "unset", lw ? lw : "unset");
+    printf("chunk-bf16-smem: lean serial kernels of %s warps a block (QSPEC_GDN_LEAN_WARPS=%s)\n",
+           qc::gdn_lean_warps ? lw : "4 or 8", lw ? lw : "unset");
     bool timing = true, fwd = true, bwd = true;
     for (int i = 1; i < argc; i++) {
         timing = timing && strcmp(argv[i], "--no-timing") != 0;
         g_skip_smem = g_skip_smem || strcmp(argv[i], "--skip-smem") == 0;
         g_profile = g_profile || strcmp(argv[i], "--profile") == 0;
-        g_smem_both = g_smem_both || strcmp(argv[i], "--smem-both") == 0;
         fwd = fwd && strcmp(argv[i], "--bwd-only") != 0;
         bwd = bwd && strcmp(argv[i], "--fwd-only") != 0;
     }
@@ -852,7 +813,7 @@ int main(int argc, char **argv)
     }
     qs_ctx *ctx = qs_ctx_new();
     checks(ctx);
-    if (!g_skip_smem && qc::gdn_lean_warps == 0 && !qc::gdn_smem_old) {
+    if (!g_skip_smem && qc::gdn_lean_warps == 0) {
         /* the checks' problems are small, so they take 4 warps: the 8-warp kernels too */
         printf("checks again with QSPEC_GDN_LEAN_WARPS=8\n");
         qc::gdn_lean_warps = 8;
