@@ -171,22 +171,23 @@ template <int N> __device__ __forceinline__ void wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-/* Keeps the compiler from moving accesses of these registers across a wgmma wait. */
-template <int NB> __device__ __forceinline__ void keep(float (*d)[4])
+/* Keeps the compiler from moving accesses of these registers (FP32 accumulators or 16-bit
+ * operand pairs) across a wgmma wait. */
+__device__ __forceinline__ void keep1(float &x)
 {
-#pragma unroll
-    for (int i = 0; i < NB; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            asm volatile("" : "+f"(d[i][e]));
+    asm volatile("" : "+f"(x));
 }
-template <int NB> __device__ __forceinline__ void keep_u(uint32_t (*d)[4])
+__device__ __forceinline__ void keep1(uint32_t &x)
+{
+    asm volatile("" : "+r"(x));
+}
+template <int NB, typename E> __device__ __forceinline__ void keep(E (*d)[4])
 {
 #pragma unroll
     for (int i = 0; i < NB; i++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            asm volatile("" : "+r"(d[i][e]));
+            keep1(d[i][e]);
 }
 
 #if QC_WGMMA
@@ -496,9 +497,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         wg_wait<0>();
         keep<DV / 8>(acc);
         mb_arrive(empty_v + ((it - 1) & 1));
-        keep_u<kBN / 16>(ph);
+        keep<kBN / 16>(ph);
         if constexpr (kSplit)
-            keep_u<kBN / 16>(pl);
+            keep<kBN / 16>(pl);
         rescale(alpha);
         to_a<T, kBN / 8, kSplit>(x, ph, pl);
     }
@@ -605,7 +606,7 @@ template <typename T, int N> __global__ void __launch_bounds__(128) test_rs(cons
     pv_issue<T, N, false>(acc, ph, pl, sv);
     wg_wait<0>();
     keep<N / 8>(acc);
-    keep_u<8>(ph);
+    keep<8>(ph);
 #pragma unroll
     for (int nb = 0; nb < N / 8; nb++)
 #pragma unroll
