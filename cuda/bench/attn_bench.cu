@@ -79,11 +79,12 @@ struct small_case {
     const char *name;
     int layout, mask;
     int64_t b, sq, sk, h, hkv, d, dv;
-    std::vector<int32_t> cu; /* thd */
+    std::vector<int32_t> cu;  /* thd: the queries' cu_seqlens, and the keys' unless cuk is set */
+    std::vector<int32_t> cuk; /* thd: the keys' cu_seqlens when they differ */
 };
 
-/* One case: reference-order slots, then the flash path, outputs compared. */
-void check_case(const small_case &c, qs_dtype dt)
+/* The slot parameters of a case at dtype dt (scale 1/sqrt(d)). */
+qs_sdpa_params case_params(const small_case &c, qs_dtype dt)
 {
     qs_sdpa_params p;
     memset(&p, 0, sizeof p);
@@ -98,11 +99,36 @@ void check_case(const small_case &c, qs_dtype dt)
     p.dv = c.dv;
     p.dtype = dt;
     p.scale = qs_rsqrtf((float)c.d);
-    bool thd = c.layout == QS_ATTN_THD;
-    if (thd) {
+    if (c.layout == QS_ATTN_THD) {
         p.cu_seqlens_q = c.cu.data();
-        p.cu_seqlens_kv = c.cu.data();
+        p.cu_seqlens_kv = c.cuk.empty() ? c.cu.data() : c.cuk.data();
     }
+    return p;
+}
+
+/* The forward slot's arguments for p on host arrays, o and lse to be written. */
+qs_sdpa_args fwd_args(const qs_sdpa_params &p, const std::vector<float> &q,
+                      const std::vector<float> &k, const std::vector<float> &v, float *o, float *lse,
+                      char *why, size_t why_len)
+{
+    qs_sdpa_args a;
+    memset(&a, 0, sizeof a);
+    a.p = p;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.o = o;
+    a.lse = lse;
+    a.why = why;
+    a.why_len = why_len;
+    return a;
+}
+
+/* One case: reference-order slots, then the flash path, outputs compared. */
+void check_case(const small_case &c, qs_dtype dt)
+{
+    qs_sdpa_params p = case_params(c, dt);
+    bool thd = c.layout == QS_ATTN_THD;
     int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
     size_t nq = tq * c.h * c.d, nk = tk * c.hkv * c.d, nv = tk * c.hkv * c.dv;
     size_t no = tq * c.h * c.dv, nl = tq * c.h;
@@ -115,16 +141,7 @@ void check_case(const small_case &c, qs_dtype dt)
         dq[path].assign(nq, 0.0f);
         dk[path].assign(nk, 0.0f);
         dv[path].assign(nv, 0.0f);
-        qs_sdpa_args a;
-        memset(&a, 0, sizeof a);
-        a.p = p;
-        a.q = q.data();
-        a.k = k.data();
-        a.v = v.data();
-        a.o = o[path].data();
-        a.lse = lse[path].data();
-        a.why = why;
-        a.why_len = sizeof why;
+        qs_sdpa_args a = fwd_args(p, q, k, v, o[path].data(), lse[path].data(), why, sizeof why);
         qs_status st = path == 0 ? qc_slot_sdpa_fwd(nullptr, &a) : qc_flash_fwd(&a);
         /* both backwards read the reference-order o (the kit hands the reference's o) */
         a.o = o[0].data();
@@ -307,35 +324,12 @@ template <typename T, int N> bool selftest_rs()
     return report(what, got, want, tol, 64, N);
 }
 
-struct wg_case {
-    const char *name;
-    int layout, mask;
-    int64_t b, sq, sk, h, hkv, d, dv;
-    std::vector<int32_t> cuq, cuk; /* thd */
-};
-
 /* Layer 3: the forward of the plugin's flash path with the wgmma kernel and with the
  * mma.sync kernels (QSPEC_CUDA_FLASH_WGMMA=0), each against the reference-order slot. */
-void check_wgmma_case(const wg_case &c, qs_dtype dt)
+void check_wgmma_case(const small_case &c, qs_dtype dt)
 {
-    qs_sdpa_params p;
-    memset(&p, 0, sizeof p);
-    p.layout = (qs_attn_layout)c.layout;
-    p.mask = (qs_attn_mask)c.mask;
-    p.b = c.b;
-    p.sq = c.sq;
-    p.sk = c.sk;
-    p.h = c.h;
-    p.hkv = c.hkv;
-    p.d = c.d;
-    p.dv = c.dv;
-    p.dtype = dt;
-    p.scale = qs_rsqrtf((float)c.d);
+    qs_sdpa_params p = case_params(c, dt);
     bool thd = c.layout == QS_ATTN_THD;
-    if (thd) {
-        p.cu_seqlens_q = c.cuq.data();
-        p.cu_seqlens_kv = c.cuk.data();
-    }
     int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
     size_t nq = tq * c.h * c.d, nk = tk * c.hkv * c.d, nv = tk * c.hkv * c.dv;
     size_t no = tq * c.h * c.dv, nl = tq * c.h;
@@ -347,16 +341,7 @@ void check_wgmma_case(const wg_case &c, qs_dtype dt)
     for (int path = 0; path < 3; path++) { /* reference, mma.sync, wgmma */
         o[path].assign(no, 0.0f);
         lse[path].assign(nl, 0.0f);
-        qs_sdpa_args a;
-        memset(&a, 0, sizeof a);
-        a.p = p;
-        a.q = q.data();
-        a.k = k.data();
-        a.v = v.data();
-        a.o = o[path].data();
-        a.lse = lse[path].data();
-        a.why = why;
-        a.why_len = sizeof why;
+        qs_sdpa_args a = fwd_args(p, q, k, v, o[path].data(), lse[path].data(), why, sizeof why);
         setenv("QSPEC_CUDA_FLASH_WGMMA", path == 2 ? "1" : "0", 1);
         if (path == 2)
             took = qc_flash_wgmma_takes(&a);
@@ -384,7 +369,7 @@ void check_wgmma_all()
 {
     const int S = QS_ATTN_SBHD, B = QS_ATTN_BSHD, T = QS_ATTN_THD, N = QS_ATTN_MASK_NONE,
               C = QS_ATTN_MASK_CAUSAL;
-    std::vector<wg_case> cs = {
+    std::vector<small_case> cs = {
         {"bshd none d128 s128", B, N, 1, 128, 128, 1, 1, 128, 128, {}, {}},
         {"bshd causal d128 s128", B, C, 1, 128, 128, 1, 1, 128, 128, {}, {}},
         {"bshd none d128 s256 h2", B, N, 2, 256, 256, 2, 2, 128, 128, {}, {}},
