@@ -472,6 +472,17 @@ cudaError_t as_bf16(const dbuf<float> &x, dbuf<__nv_bfloat16> &y)
     }
     return err;
 }
+/* q̂, k̂ and v as the staged kernels' BF16 arrays. */
+cudaError_t staged_qkv(const dbuf<float> &qn, const dbuf<float> &kn, const dbuf<float> &v,
+                       dbuf<__nv_bfloat16> &qb, dbuf<__nv_bfloat16> &kb, dbuf<__nv_bfloat16> &vb)
+{
+    cudaError_t err = as_bf16(qn, qb);
+    if (err == cudaSuccess)
+        err = as_bf16(kn, kb);
+    if (err == cudaSuccess)
+        err = as_bf16(v, vb);
+    return err;
+}
 cudaError_t widen_bf16(const dbuf<__nv_bfloat16> &x, dbuf<float> &y)
 {
     if (x.n)
@@ -498,11 +509,7 @@ qs_status chunk_fwd(const gdn_req &r, qs_gdn_args *a, int mma)
     if (mma == kGdnMmaBf16Smem) {
         dbuf<__nv_bfloat16> qb, kb, vb, ob;
         if (err == cudaSuccess)
-            err = as_bf16(qn, qb);
-        if (err == cudaSuccess)
-            err = as_bf16(kn, kb);
-        if (err == cudaSuccess)
-            err = as_bf16(v, vb);
+            err = staged_qkv(qn, kn, v, qb, kb, vb);
         if (err == cudaSuccess)
             err = ob.alloc(nv);
         if (err == cudaSuccess)
@@ -557,14 +564,12 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
     gdn_chunk_plan plan;
     if (err == cudaSuccess)
         err = gdn_chunk_plan_make_bwd(cp, p.cu_seqlens, &plan);
+    const float *dqk = plan.dqk; /* [2][tokens][hv][dk] FP32: dq̂, then dk̂ */
+    dbuf<float> dqk_wide;
     if (mma == kGdnMmaBf16Smem) {
         dbuf<__nv_bfloat16> qb, kb, vb, dob, dvb;
         if (err == cudaSuccess)
-            err = as_bf16(qn, qb);
-        if (err == cudaSuccess)
-            err = as_bf16(kn, kb);
-        if (err == cudaSuccess)
-            err = as_bf16(v, vb);
+            err = staged_qkv(qn, kn, v, qb, kb, vb);
         if (err == cudaSuccess)
             err = as_bf16(dout, dob);
         if (err == cudaSuccess)
@@ -575,19 +580,16 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
                                 nullptr, dvb.p, dg.p, dbeta.p, dh0.p, 0);
         if (err == cudaSuccess)
             err = widen_bf16(dvb, dv);
-        if (err == cudaSuccess && gdn_chunk_dqk_bf16(mma) && nhk) {
-            /* the per-value-head dq̂, dk̂ came as BF16: widened (through a copy) into the FP32
-             * layout qk_kernel reads */
-            dbuf<float> wide;
-            err = wide.alloc(2 * nhk);
-            if (err == cudaSuccess) {
-                from_bf16_kernel<<<conv_blocks(2 * nhk), 256>>>(
-                    reinterpret_cast<const __nv_bfloat16 *>(plan.dqk), wide.p, 2 * nhk);
-                err = cudaGetLastError();
-            }
-            if (err == cudaSuccess)
-                err = cudaMemcpy(plan.dqk, wide.p, 2 * nhk * sizeof(float), cudaMemcpyDeviceToDevice);
+        /* the staged kernels leave the per-value-head dq̂, dk̂ in BF16 (plan.dqk): widened
+         * for qk_kernel */
+        if (err == cudaSuccess)
+            err = dqk_wide.alloc(2 * nhk);
+        if (err == cudaSuccess && nhk) {
+            from_bf16_kernel<<<conv_blocks(2 * nhk), 256>>>(
+                reinterpret_cast<const __nv_bfloat16 *>(plan.dqk), dqk_wide.p, 2 * nhk);
+            err = cudaGetLastError();
         }
+        dqk = dqk_wide.p;
         if (err == cudaSuccess)
             err = cudaDeviceSynchronize();
     } else if (err == cudaSuccess) {
@@ -597,8 +599,8 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
     }
     int64_t rows = r.tokens * p.h;
     if (err == cudaSuccess && rows > 0) {
-        qk_kernel<<<(unsigned)((rows + 127) / 128), 128>>>(r.g, q.p, plan.dqk, dq.p, rows);
-        qk_kernel<<<(unsigned)((rows + 127) / 128), 128>>>(r.g, k.p, plan.dqk + nhk, dk.p, rows);
+        qk_kernel<<<(unsigned)((rows + 127) / 128), 128>>>(r.g, q.p, dqk, dq.p, rows);
+        qk_kernel<<<(unsigned)((rows + 127) / 128), 128>>>(r.g, k.p, dqk + nhk, dk.p, rows);
         err = cudaGetLastError();
     }
     if (err == cudaSuccess)

@@ -2364,11 +2364,6 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
 
 } // namespace
 
-bool gdn_chunk_dqk_bf16(int mma)
-{
-    return mma == kGdnMmaBf16Smem;
-}
-
 bool gdn_chunk_fits(int64_t dk, int64_t dv)
 {
     return dk >= 1 && dv >= 1 && dk <= kMaxD && dv <= kMaxD;

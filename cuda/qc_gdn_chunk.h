@@ -55,9 +55,6 @@ struct gdn_chunk_plan {
 /* The lean kernels' warps a block for the benchmark (the plugin leaves it at 0), read at each
  * call: 4 or 8 fixes it; 0 chooses by the problem's size. */
 extern int gdn_lean_warps;
-/* Whether a backward with mma leaves plan.dqk in BF16 ([2][tokens][hv][128]) rather than
- * FP32 (gdn_chunk_bwd with dq and dk NULL). */
-bool gdn_chunk_dqk_bf16(int mma);
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);
 /* Builds plan from the host cu_seqlens (NULL: dense) and allocates its device memory. */
