@@ -15,7 +15,8 @@
  * tensor-core matmuls, FP32-accurate, claiming the case's tolerance), `chunk-bf16` (the
  * same with BF16 operands, as upstream kernels round them) or `chunk-bf16-smem` (the
  * BF16-staged kernels for BF16 requests with dk = dv = 128, on BF16 device arrays; other
- * requests take chunk). The chunked backward's dq̂, dk̂ per value head come back to
+ * requests take chunk) or `chunk-bf16-fused` (the same, with the staged forward's two kernels
+ * fused into one that keeps W, U and A in shared memory: the same o and final state). The chunked backward's dq̂, dk̂ per value head come back to
  * qk_kernel here for the GVA sum and the l2norm backward. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
@@ -413,7 +414,7 @@ cudaError_t prep(const gdn_req &r, const qs_gdn_args *a, dbuf<float> &q, dbuf<fl
 }
 
 /* The forward and backward QSPEC_CUDA_GDN selects; an unknown value is the reference's. */
-enum gdn_path { kPathReference, kPathChunk, kPathChunkBf16, kPathChunkSmem };
+enum gdn_path { kPathReference, kPathChunk, kPathChunkBf16, kPathChunkSmem, kPathChunkFused };
 
 gdn_path gdn_path_selected()
 {
@@ -425,21 +426,25 @@ gdn_path gdn_path_selected()
             return kPathChunkBf16;
         if (e && strcmp(e, "chunk-bf16-smem") == 0)
             return kPathChunkSmem;
+        if (e && strcmp(e, "chunk-bf16-fused") == 0)
+            return kPathChunkFused;
         return kPathReference;
     }();
     return sel;
 }
 
 /* The chunk kernels' operand precision for a request on a chunked path. chunk-bf16-smem:
- * the BF16-staged kernels where they apply (BF16 values, dk = dv = 128: their tiles), and
+ * the BF16-staged kernels where they apply (BF16 values, dk = dv = 128: their tiles;
+ * chunk-bf16-fused: their forward in one kernel, the same bits), and
  * the FP32-accurate TF32x3 kernels elsewhere, whose error fits the FP32 tolerances of
  * [ATTN-TOL] that BF16 operands do not. */
 int chunk_mma(gdn_path path, const qs_gdn_params &p)
 {
     if (path == kPathChunkBf16)
         return kGdnMmaBf16;
-    if (path == kPathChunkSmem && p.dtype == QS_BF16 && p.dk == 128 && p.dv == 128)
-        return kGdnMmaBf16Smem;
+    if ((path == kPathChunkSmem || path == kPathChunkFused) && p.dtype == QS_BF16 && p.dk == 128 &&
+        p.dv == 128)
+        return path == kPathChunkFused ? kGdnMmaBf16Fused : kGdnMmaBf16Smem;
     return kGdnMmaTf32x3;
 }
 
@@ -506,7 +511,7 @@ qs_status chunk_fwd(const gdn_req &r, qs_gdn_args *a, int mma)
     gdn_chunk_plan plan;
     if (err == cudaSuccess)
         err = gdn_chunk_plan_make(cp, p.cu_seqlens, &plan);
-    if (mma == kGdnMmaBf16Smem) {
+    if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused) {
         dbuf<__nv_bfloat16> qb, kb, vb, ob;
         if (err == cudaSuccess)
             err = staged_qkv(qn, kn, v, qb, kb, vb);
@@ -566,7 +571,7 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
         err = gdn_chunk_plan_make_bwd(cp, p.cu_seqlens, &plan);
     const float *dqk = plan.dqk; /* [2][tokens][hv][dk] FP32: dq̂, then dk̂ */
     dbuf<float> dqk_wide;
-    if (mma == kGdnMmaBf16Smem) {
+    if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused) {
         dbuf<__nv_bfloat16> qb, kb, vb, dob, dvb;
         if (err == cudaSuccess)
             err = staged_qkv(qn, kn, v, qb, kb, vb);

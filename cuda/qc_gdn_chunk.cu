@@ -182,10 +182,18 @@ __device__ void chunk_cumsum(const gdn_chunk_problem &p, const float *gate, int6
 /* T = (I + L)^-1 for strictly lower L [64][64] (in Ls), into Ts (zeroed by the caller): the
  * four 16 x 16 diagonal blocks D_b = (I + L_bb)^-1 by forward substitution, one warp
  * each, a lane a column; then for block rows bi = 1..3, T_{bi,bj} = -D_bi sum_{m=bj}^{bi-1}
- * L_{bi,m} T_{m,bj} through the scratch Ps. All FP32 on the CUDA cores. */
-__device__ void solve_t(const float *Ls, float *Ts, float *Ps)
+ * L_{bi,m} T_{m,bj} through the scratch Ps. All FP32 on the CUDA cores, by NT threads (tid
+ * their index, from 0) that bar() synchronizes. */
+struct block_bar {
+    __device__ void operator()() const
+    {
+        __syncthreads();
+    }
+};
+template <int NT = kThreads, class Bar = block_bar>
+__device__ void solve_t(const float *Ls, float *Ts, float *Ps, int tid = threadIdx.x, Bar bar = {})
 {
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int warp = tid >> 5, lane = tid & 31;
     if (warp < 4 && lane < 16) {
         int b0 = 16 * warp, j = lane;
         float x[16];
@@ -199,9 +207,9 @@ __device__ void solve_t(const float *Ls, float *Ts, float *Ps)
             Ts[(b0 + i) * kLdC + b0 + j] = x[i];
         }
     }
-    __syncthreads();
+    bar();
     for (int bi = 1; bi < 4; bi++) {
-        for (int e = tid; e < bi * 256; e += kThreads) {
+        for (int e = tid; e < bi * 256; e += NT) {
             int bj = e >> 8, r = (e >> 4) & 15, c = e & 15;
             float s = 0.0f;
             for (int m = 16 * bj; m < 16 * bi; m++)
@@ -209,8 +217,8 @@ __device__ void solve_t(const float *Ls, float *Ts, float *Ps)
                               __fmul_rn(Ls[(16 * bi + r) * kLdC + m], Ts[m * kLdC + 16 * bj + c]));
             Ps[(16 * bi + r) * kLdC + 16 * bj + c] = s;
         }
-        __syncthreads();
-        for (int e = tid; e < bi * 256; e += kThreads) {
+        bar();
+        for (int e = tid; e < bi * 256; e += NT) {
             int bj = e >> 8, r = (e >> 4) & 15, c = e & 15;
             float s = 0.0f;
             for (int m = 0; m < 16; m++)
@@ -218,7 +226,7 @@ __device__ void solve_t(const float *Ls, float *Ts, float *Ps)
                                            Ps[(16 * bi + m) * kLdC + 16 * bj + c]));
             Ts[(16 * bi + r) * kLdC + 16 * bj + c] = -s;
         }
-        __syncthreads();
+        bar();
     }
 }
 
@@ -592,6 +600,68 @@ __device__ __forceinline__ void tile_rows(bool r64, int ldt, bf16 *t, int64_t nc
     }
 }
 
+/* wy_fast_kernel's products, one warp's share (also the fused forward's). wy_la: rows 16 mt ..
+ * 16 mt + 15 and columns n0 .. n0 + 31 of L = (beta K K^T . Gamma) strictly below the diagonal
+ * (into Lf, FP32) and of A = scale Q K^T . Gamma, each pair of A given to put(i, j, a_j,
+ * a_{j+1}). */
+template <class Put>
+__device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16 *Qh,
+                                      const float *G, const float *Bt, float *Lf, float scale,
+                                      Put put)
+{
+    float ckk[4][4] = {}, cqk[4][4] = {};
+    for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+        uint32_t ak[4], aq[4], b0[4], b1[4];
+        frag_a_mk(ak, Kh, kLdH, 16 * mt, k0);
+        frag_a_mk(aq, Qh, kLdH, 16 * mt, k0);
+        frag_b_nk(b0, Kh, kLdH, n0, k0);
+        frag_b_nk(b1, Kh, kLdH, n0 + 16, k0);
+        mma2(ckk[0], ckk[1], ak, b0);
+        mma2(ckk[2], ckk[3], ak, b1);
+        mma2(cqk[0], cqk[1], aq, b0);
+        mma2(cqk[2], cqk[3], aq, b1);
+    }
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+            int i = 16 * mt + acc_row(e), j = n0 + acc_col(n, e);
+            float a2[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float gam = i >= j + h ? expf(__fsub_rn(G[i], G[j + h])) : 0.0f;
+                Lf[i * kLdC + j + h] =
+                    i > j + h ? __fmul_rn(__fmul_rn(Bt[i], ckk[n][e + h]), gam) : 0.0f;
+                a2[h] = __fmul_rn(__fmul_rn(scale, cqk[n][e + h]), gam);
+            }
+            put(i, j, a2[0], a2[1]);
+        }
+}
+
+/* Rows 16 mt .. 16 mt + 15 and columns n0 .. n0 + 63 of Ta [64][kLdH64] times B [64][ldb] (64
+ * deep), each pair given to put(i, d, x_d, x_{d+1}). */
+template <class Put>
+__device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf16 *Bs, int ldb,
+                                       Put put)
+{
+    float c[8][4] = {};
+    for (int k0 = 0; k0 < kC; k0 += 16) {
+        uint32_t a[4];
+        frag_a_mk(a, Ta, kLdH64, 16 * mt, k0);
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t b[4];
+            frag_b_kn(b, Bs, ldb, n0 + 16 * np, k0);
+            mma2(c[2 * np], c[2 * np + 1], a, b);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2)
+            put(16 * mt + acc_row(e), n0 + acc_col(n, e), c[n][e], c[n][e + 1]);
+}
+
 __global__ void __launch_bounds__(kThreads)
     wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
                    const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
@@ -625,38 +695,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     cp_wait<0>();
     __syncthreads();
-    { /* L and A as in wy_kernel */
-        int mt = warp >> 1, n0 = (warp & 1) * 32;
-        float ckk[4][4] = {}, cqk[4][4] = {};
-        for (int k0 = 0; k0 < kMaxD; k0 += 16) {
-            uint32_t ak[4], aq[4], b0[4], b1[4];
-            frag_a_mk(ak, Kh, kLdH, 16 * mt, k0);
-            frag_a_mk(aq, Qh, kLdH, 16 * mt, k0);
-            frag_b_nk(b0, Kh, kLdH, n0, k0);
-            frag_b_nk(b1, Kh, kLdH, n0 + 16, k0);
-            mma2(ckk[0], ckk[1], ak, b0);
-            mma2(ckk[2], ckk[3], ak, b1);
-            mma2(cqk[0], cqk[1], aq, b0);
-            mma2(cqk[2], cqk[3], aq, b1);
-        }
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                int i = 16 * mt + acc_row(e), j = n0 + acc_col(n, e);
-                float a2[2];
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float gam = i >= j + h ? expf(__fsub_rn(G[i], G[j + h])) : 0.0f;
-                    Lf[i * kLdC + j + h] =
-                        i > j + h ? __fmul_rn(__fmul_rn(Bt[i], ckk[n][e + h]), gam) : 0.0f;
-                    a2[h] = __fmul_rn(__fmul_rn(p.scale, cqk[n][e + h]), gam);
-                }
-                if (i < nc)
-                    st_pair(A + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, a2[0],
-                            a2[1]);
-            }
-    }
+    wy_la(warp >> 1, (warp & 1) * 32, Kh, Qh, G, Bt, Lf, p.scale, [&](int i, int j, float a0, float a1) {
+        if (i < nc)
+            st_pair(A + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, a0, a1);
+    });
     __syncthreads();
     solve_t(Lf, Tf, Pf);
     for (int e = tid; e < kC * kC / 2;
@@ -670,30 +712,14 @@ __global__ void __launch_bounds__(kThreads)
             st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
     }
     __syncthreads();
-    int mt = warp >> 1, n0 = (warp & 1) * 64;
     for (int pass = 0; pass < 2; pass++) { /* W = Tw K, U = Tu V */
-        const bf16 *Ta = pass ? Tu : Tw, *Bs = pass ? Vh : Kh;
         bf16 *dst = pass ? U : W;
-        float c[8][4] = {};
-        for (int k0 = 0; k0 < kC; k0 += 16) {
-            uint32_t a[4];
-            frag_a_mk(a, Ta, kLdH64, 16 * mt, k0);
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t b[4];
-                frag_b_kn(b, Bs, kLdH, n0 + 16 * np, k0);
-                mma2(c[2 * np], c[2 * np + 1], a, b);
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                int i = 16 * mt + acc_row(e), d = n0 + acc_col(n, e);
-                if (i < nc)
-                    st_pair(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kMaxD + d,
-                            c[n][e], c[n][e + 1]);
-            }
+        wy_mul(warp >> 1, (warp & 1) * 64, pass ? Tu : Tw, pass ? Vh : Kh, kLdH,
+               [&](int i, int d, float x0, float x1) {
+                   if (i < nc)
+                       st_pair(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kMaxD + d,
+                               x0, x1);
+               });
     }
 }
 
@@ -768,12 +794,12 @@ static_assert(lean_layout<false, 4>::kBytes + 1024 <= 228 * 1024 / 2,
               "state_lean_kernel without o, 4 warps: two blocks an SM");
 static_assert(kMaxD % 64 == 0, "the lean kernels' column blocks tile dv");
 
-/* tile_rows for blocks of NT threads: rows of per 16-byte copies. */
+/* tile_rows for NT threads (tid their index, from 0): rows of per 16-byte copies. */
 template <int NT>
 __device__ __forceinline__ void lean_rows(int per, int ldt, bf16 *t, int64_t nc, const bf16 *base,
-                                          int64_t stride)
+                                          int64_t stride, int tid = threadIdx.x)
 {
-    for (int e = threadIdx.x; e < kC * per; e += NT) {
+    for (int e = tid; e < kC * per; e += NT) {
         int i = e / per, c = e % per;
         bool on = i < nc;
         cp_async16(t + i * ldt + c * 8, on ? base + i * stride + c * 8 : base, on);
@@ -854,6 +880,84 @@ __device__ __forceinline__ void lean_gates(const float *graw, float *v, float sc
     __syncwarp();
 }
 
+/* One chunk of a lean walk by one warp (cw: its first column among the block's), from the
+ * chunk's tiles W, K [64][kLdH], Q [64][kLdH] and A [64][kLdH64] (kOut), X (U, [64][kLdX], the
+ * block's columns) and the warp's gate vectors: Vn^T = U^T - S^T W^T (into vn, over U, when vn
+ * is not null), o^T = (S^T Q^T) . scale e^G + Vn^T A^T (kOut: rows < nc into o), S^T = e^{G_l}
+ * S^T + (Vn^T . F) K. sa is S^T in BF16, the A operand. */
+template <bool kOut, int kLdX>
+__device__ __forceinline__ void lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4],
+                                           const bf16 *Wh, const bf16 *Kh, const bf16 *Qh,
+                                           const bf16 *Uh, const bf16 *Ah, const float *vec,
+                                           bf16 *stg, int cw, int64_t nc, bf16 *o, int64_t ostride,
+                                           bf16 *vn, int64_t vnstride)
+{
+    float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t bw[4];
+            frag_b_nk(bw, Wh, kLdH, 16 * np, 16 * kk);
+            mma2(vt[2 * np], vt[2 * np + 1], sa[kk], bw);
+        }
+    float v2[8][4]; /* F . Vn^T */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = acc_col(nt, e);
+            float u = __bfloat162float(Uh[i * kLdX + cw + acc_row(e)]);
+            vt[nt][e] = __fsub_rn(u, vt[nt][e]);
+            v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
+        }
+    uint32_t va[4][4], va2[4][4];
+    acc_to_a<4>(va, vt);
+    acc_to_a<4>(va2, v2);
+    if (!kOut && vn)
+        lean_store_t(stg, vt, nc, vn, vnstride);
+    if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
+        float ot[8][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t bq[4];
+                frag_b_nk(bq, Qh, kLdH, 16 * np, 16 * kk);
+                mma2(ot[2 * np], ot[2 * np + 1], sa[kk], bq);
+            }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ot[nt][e] = __fmul_rn(ot[nt][e], vec[kC + acc_col(nt, e)]);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t ba[4];
+                frag_b_nk(ba, Ah, kLdH64, 16 * np, 16 * kk);
+                mma2(ot[2 * np], ot[2 * np + 1], va[kk], ba);
+            }
+        lean_store_t(stg, ot, nc, o, ostride);
+    }
+    /* S^T = e^{G_l} S^T + (F . Vn^T) K */
+    float al = vec[2 * kC];
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[nt][e] = __fmul_rn(s[nt][e], al);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int np = 0; np < 8; np++) {
+            uint32_t bk[4];
+            frag_b_kn(bk, Kh, kLdH, 16 * np, 16 * kk);
+            mma2(s[2 * np], s[2 * np + 1], va2[kk], bk);
+        }
+}
+
 /* The forward walk (kOut: o, from Q and A too) or the backward's state pass (!kOut: the BF16
  * state before each chunk into hs, Vn over U through vn), the lean way. Per chunk and warp:
  * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
@@ -921,76 +1025,209 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
         cp_wait<1>();
         __syncthreads(); /* stage b is visible */
         lean_gates(L::graw(smb, b), vec, p.scale);
-        const bf16 *Wh = L::W(smb, b), *Kh = L::K(smb, b), *Uh = L::X(smb, b);
-        float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t bw[4];
-                frag_b_nk(bw, Wh, kLdH, 16 * np, 16 * kk);
-                mma2(vt[2 * np], vt[2 * np + 1], sa[kk], bw);
-            }
-        float v2[8][4]; /* F . Vn^T */
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int i = acc_col(nt, e);
-                float u = __bfloat162float(Uh[i * L::kLdX + cw + acc_row(e)]);
-                vt[nt][e] = __fsub_rn(u, vt[nt][e]);
-                v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
-            }
-        uint32_t va[4][4], va2[4][4];
-        acc_to_a<4>(va, vt);
-        acc_to_a<4>(va2, v2);
-        if (!kOut && vn) /* the backward: Vn over U (this warp's columns) */
-            lean_store_t(stg, vt, nc, vn + row0 * p.dv + cv + cw, p.dv);
-        if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
-            const bf16 *Qh = L::Q(smb, b), *Ah = L::A(smb, b);
-            float ot[8][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-                for (int np = 0; np < 4; np++) {
-                    uint32_t bq[4];
-                    frag_b_nk(bq, Qh, kLdH, 16 * np, 16 * kk);
-                    mma2(ot[2 * np], ot[2 * np + 1], sa[kk], bq);
-                }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    ot[nt][e] = __fmul_rn(ot[nt][e], vec[kC + acc_col(nt, e)]);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int np = 0; np < 4; np++) {
-                    uint32_t ba[4];
-                    frag_b_nk(ba, Ah, kLdH64, 16 * np, 16 * kk);
-                    mma2(ot[2 * np], ot[2 * np + 1], va[kk], ba);
-                }
-            lean_store_t(stg, ot, nc, o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw,
-                         p.hv * p.dv);
-        }
-        { /* S^T = e^{G_l} S^T + (F . Vn^T) K */
-            float al = vec[2 * kC];
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[nt][e] = __fmul_rn(s[nt][e], al);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int np = 0; np < 8; np++) {
-                    uint32_t bk[4];
-                    frag_b_kn(bk, Kh, kLdH, 16 * np, 16 * kk);
-                    mma2(s[2 * np], s[2 * np + 1], va2[kk], bk);
-                }
-        }
+        lean_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
+                                  L::A(smb, b), vec, stg, cw, nc,
+                                  kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw
+                                       : nullptr,
+                                  p.hv * p.dv, !kOut && vn ? vn + row0 * p.dv + cv + cw : nullptr,
+                                  p.dv);
     }
     cp_wait<0>();
+    if (ht)
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ht[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
+                    s[nt][e];
+}
+
+/* The fused forward (kGdnMmaBf16Fused): wy_fast_kernel and state_lean_kernel<true, 4> in one
+ * block of 8 warps per (64 value columns, value head, sequence), with the same arithmetic, so
+ * its o and final state are bitwise those of the two kernels. Warps 4-7 (the chunk warps)
+ * fetch chunk c's q, k, v (the block's 64 columns) and gates and compute its L, T, W, U and A
+ * into buffer c & 1, while warps 0-3 (the walk warps) take chunk c - 1 from the other buffer
+ * through lean_chunk; W, U and A never leave shared memory. Named barriers hand the buffers
+ * over: kBarFull + b (the chunk warps arrive when buffer b holds a chunk, the walk warps wait),
+ * kBarEmpty + b (the walk warps arrive when done with it, the chunk warps wait before they
+ * refill it; neither side uses it for the last two chunks, so every use is matched), and
+ * kBarChunk among the chunk warps alone. W and A are computed by both column blocks of a
+ * value head (their product share is small next to the walk). */
+struct fused_layout {
+    static constexpr int kLdX = 64 + 8; /* U, V: the block's 64 columns */
+    static constexpr int kTileX = kC * kLdX * 2;
+    /* buffer b: K, Q, W [64][kLdH]; U [64][kLdX]; A [64][kLdH64]; the raw gates [64] */
+    static constexpr int kBuf = 3 * kTileH + kTileX + kTileH64 + kC * 4;
+    /* the chunk warps': V [64][kLdX]; L, T, P (FP32 [64][kLdC]); G, beta [64] */
+    static constexpr int kPriv = kTileX + 3 * kTileF + 2 * kC * 4;
+    /* the walk warps': a staging tile and the gate vectors each */
+    static constexpr int kWalk = 4 * (kC * kLdT * 2 + 3 * kC * 4);
+    static constexpr size_t kBytes = 2 * static_cast<size_t>(kBuf) + kPriv + kWalk;
+    static __device__ bf16 *K(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kBuf);
+    }
+    static __device__ bf16 *Q(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kBuf + kTileH);
+    }
+    static __device__ bf16 *W(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kBuf + 2 * kTileH);
+    }
+    static __device__ bf16 *U(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kBuf + 3 * kTileH);
+    }
+    static __device__ bf16 *A(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kBuf + 3 * kTileH + kTileX);
+    }
+    static __device__ float *graw(unsigned char *s, int b)
+    {
+        return reinterpret_cast<float *>(s + b * kBuf + 3 * kTileH + kTileX + kTileH64);
+    }
+    static __device__ unsigned char *priv(unsigned char *s)
+    {
+        return s + 2 * kBuf;
+    }
+    static __device__ bf16 *stg(unsigned char *s, int warp)
+    {
+        return reinterpret_cast<bf16 *>(s + 2 * kBuf + kPriv + warp * kC * kLdT * 2);
+    }
+    static __device__ float *vec(unsigned char *s, int warp)
+    {
+        return reinterpret_cast<float *>(s + 2 * kBuf + kPriv + 4 * kC * kLdT * 2 +
+                                         warp * 3 * kC * 4);
+    }
+};
+static_assert(fused_layout::kBuf % 16 == 0 && fused_layout::kPriv % 16 == 0 &&
+                  fused_layout::kTileX % 16 == 0 && (3 * kTileH + fused_layout::kTileX) % 16 == 0,
+              "the fused kernel's tiles stay 16-byte aligned");
+static_assert(fused_layout::kBytes <= 227 * 1024, "the fused kernel's shared memory");
+static_assert(kTileH64 <= kTileF, "Tw and Tu fit in L and P");
+static_assert(fused_layout::kLdX == lean_layout<true, 4>::kLdX, "U tiles as the walk reads them");
+
+constexpr int kBarChunk = 1, kBarFull = 2, kBarEmpty = 4;
+
+__device__ __forceinline__ void bar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+struct chunk_bar {
+    __device__ void operator()() const
+    {
+        bar_sync(kBarChunk, 128);
+    }
+};
+
+__global__ void __launch_bounds__(256, 1)
+    fused_fwd_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const bf16 *v,
+                     const float *gate, const float *beta, const float *h0, bf16 *o, float *ht)
+{
+    typedef fused_layout L;
+    extern __shared__ __align__(16) unsigned char smb[];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
+    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
+    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
+    int64_t cv = vb * 64, nch = (len + kC - 1) / kC;
+    if (warp >= 4) { /* the chunk warps */
+        int it = tid - 128, iw = warp - 4;
+        unsigned char *pv = L::priv(smb);
+        bf16 *Vh = reinterpret_cast<bf16 *>(pv);
+        float *Lf = reinterpret_cast<float *>(pv + L::kTileX), *Tf = Lf + kC * kLdC,
+              *Pf = Tf + kC * kLdC, *G = Pf + kC * kLdC, *Bt = G + kC;
+        bf16 *Tw = reinterpret_cast<bf16 *>(Lf), *Tu = reinterpret_cast<bf16 *>(Pf);
+        for (int64_t c = 0; c < nch; c++) {
+            int b = static_cast<int>(c & 1);
+            int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+            bf16 *Kb = L::K(smb, b), *Qb = L::Q(smb, b), *Wb = L::W(smb, b), *Ub = L::U(smb, b),
+                 *Ab = L::A(smb, b);
+            bar_sync(kBarChunk, 128); /* every chunk warp is done with chunk c - 1's tiles */
+            if (c >= 2)
+                bar_sync(kBarEmpty + b, 256); /* the walk is done with chunk c - 2 */
+            lean_rows<128>(16, kLdH, Kb, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD, it);
+            lean_rows<128>(16, kLdH, Qb, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD, it);
+            lean_rows<128>(8, L::kLdX, Vh, nc, v + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv,
+                           it);
+            if (iw == 0)
+                for (int i = lane; i < kC; i += 32)
+                    cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
+                              i < nc);
+            cp_commit();
+            for (int e = it; e < kC * kC; e += 128)
+                Tf[(e / kC) * kLdC + e % kC] = 0.0f;
+            if (iw == 1) { /* G and beta as wy_fast_kernel */
+                float gr0 = lane < nc ? gate[(tok0 + lane) * p.hv + hvi] : 0.0f;
+                float gr1 = lane + 32 < nc ? gate[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+                Bt[lane] = lane < nc ? beta[(tok0 + lane) * p.hv + hvi] : 0.0f;
+                Bt[lane + 32] = lane + 32 < nc ? beta[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+                warp_cumsum64(gr0, gr1);
+                G[lane] = gr0;
+                G[lane + 32] = gr1;
+            }
+            cp_wait<0>();
+            bar_sync(kBarChunk, 128);
+            for (int task = iw; task < 8; task += 4) /* A: rows past nc zero, as fetched */
+                wy_la(task >> 1, (task & 1) * 32, Kb, Qb, G, Bt, Lf, p.scale,
+                      [&](int i, int j, float a0, float a1) {
+                          st_pair(Ab + i * kLdH64 + j, i < nc ? a0 : 0.0f, i < nc ? a1 : 0.0f);
+                      });
+            bar_sync(kBarChunk, 128);
+            solve_t<128>(Lf, Tf, Pf, it, chunk_bar{});
+            for (int e = it; e < kC * kC / 2; e += 128) { /* Tw, Tu as wy_fast_kernel */
+                int i = e / (kC / 2), j = 2 * (e % (kC / 2));
+                float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
+                st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, __fmul_rn(Bt[j], expf(G[j]))),
+                        __fmul_rn(t1, __fmul_rn(Bt[j + 1], expf(G[j + 1]))));
+                st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
+            }
+            bar_sync(kBarChunk, 128);
+            for (int task = iw; task < 12; task += 4) { /* W (8 tasks), then U (4) */
+                bool w = task < 8;
+                int mt = w ? task >> 1 : task - 8, n0 = w ? (task & 1) * 64 : 0;
+                bf16 *dst = w ? Wb : Ub;
+                int ld = w ? kLdH : L::kLdX;
+                wy_mul(mt, n0, w ? Tw : Tu, w ? Kb : Vh, ld, [&](int i, int d, float x0, float x1) {
+                    st_pair(dst + i * ld + d, i < nc ? x0 : 0.0f, i < nc ? x1 : 0.0f);
+                });
+            }
+            bar_arrive(kBarFull + b, 256); /* buffer b holds chunk c */
+        }
+        return;
+    }
+    /* the walk warps: state_lean_kernel<true, 4> on the buffers */
+    int cw = 16 * warp;
+    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
+    bf16 *stg = L::stg(smb, warp);
+    float *vec = L::vec(smb, warp);
+    float s[16][4];
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[nt][e] =
+                h0 ? h0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)]
+                   : 0.0f;
+    for (int64_t c = 0; c < nch; c++) {
+        int b = static_cast<int>(c & 1);
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        uint32_t sa[8][4];
+        acc_to_a<8>(sa, s);
+        bar_sync(kBarFull + b, 256);
+        lean_gates(L::graw(smb, b), vec, p.scale);
+        lean_chunk<true, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::U(smb, b),
+                                  L::A(smb, b), vec, stg, cw, nc,
+                                  o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw,
+                                  p.hv * p.dv, nullptr, 0);
+        if (c + 2 < nch)
+            bar_arrive(kBarEmpty + b, 256);
+    }
     if (ht)
 #pragma unroll
         for (int nt = 0; nt < 16; nt++)
@@ -1192,6 +1429,22 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
                 sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0,
                                nullptr, nullptr);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_fused(const gdn_chunk_problem &p, const void *q, const void *k, const void *v,
+                         const float *g, const float *beta, const float *h0, void *o, float *ht,
+                         cudaStream_t st)
+{
+    cudaError_t err = cudaFuncSetAttribute(
+        fused_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fused_layout::kBytes);
+    if (err != cudaSuccess)
+        return err;
+    if (p.nseq > 0)
+        fused_fwd_kernel<<<dim3((unsigned)(p.dv / 64), (unsigned)p.hv, (unsigned)p.nseq), 256,
+                           fused_layout::kBytes, st>>>(
+            p, static_cast<const bf16 *>(q), static_cast<const bf16 *>(k),
+            static_cast<const bf16 *>(v), g, beta, h0, static_cast<bf16 *>(o), ht);
     return cudaGetLastError();
 }
 
@@ -2430,10 +2683,12 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
 {
     if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0)
         return cudaErrorInvalidValue;
-    if (mma == kGdnMmaBf16Smem)
-        return p.dk == kMaxD && p.dv == kMaxD && io == kGdnIoBf16
-                   ? launch_fast(p, plan, q, k, v, g, beta, h0, o, ht, st)
-                   : cudaErrorInvalidValue;
+    if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused) {
+        if (p.dk != kMaxD || p.dv != kMaxD || io != kGdnIoBf16)
+            return cudaErrorInvalidValue;
+        return mma == kGdnMmaBf16Fused ? launch_fused(p, q, k, v, g, beta, h0, o, ht, st)
+                                       : launch_fast(p, plan, q, k, v, g, beta, h0, o, ht, st);
+    }
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
         return launch<kGdnMmaBf16, __nv_bfloat16, __nv_bfloat16>(p, plan, q, k, v, g, beta, h0, o,
                                                                  ht, st);
@@ -2453,7 +2708,7 @@ cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
 {
     if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0 || plan.hs == nullptr)
         return cudaErrorInvalidValue;
-    if (mma == kGdnMmaBf16Smem)
+    if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused)
         return p.dk == kMaxD && p.dv == kMaxD && io == kGdnIoBf16
                    ? launch_bwd_fast(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg,
                                      dbeta, dh0, st)

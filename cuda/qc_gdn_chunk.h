@@ -16,13 +16,15 @@ namespace qc
  * accumulation; FP32 intermediates rounded to BF16 as operands, as upstream kernels do),
  * or FP32 split into two TF32 parts (three m16n8k8 per tile: big*big + big*small +
  * small*big, about 22 significant bits per operand). */
-enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2 };
+enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2, kGdnMmaBf16Fused = 3 };
 /* kGdnMmaBf16Smem: BF16 operands as kGdnMmaBf16, staged in BF16 (shared memory tiles read by
  * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = dv = 128,
  * kGdnIoBf16 only. Its backward keeps T and dVn in the workspace too, and the states before
  * and the state gradients after each chunk (plan.hs, plan.dhs) in BF16. Its serial kernels
  * are the lean ones (state and state gradient in registers, 4 or 8 warps a block;
- * gdn_lean_warps fixes the choice). */
+ * gdn_lean_warps fixes the choice). kGdnMmaBf16Fused: the same forward in one kernel (W, U
+ * and A never leave shared memory; o and the final state bitwise those of kGdnMmaBf16Smem,
+ * whose backward it shares). */
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
 enum gdn_chunk_io { kGdnIoF32 = 0, kGdnIoBf16 = 1 };

@@ -23,7 +23,8 @@
  * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
  * / 16, beta = sigmoid(N(0,1)), v, dout ~ N(0,1), no initial state or dht in the timed runs.
  * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile]
- * (--skip-smem leaves out the BF16-staged forward and backward); --fwd-only and --bwd-only
+ * (--skip-smem leaves out the BF16-staged forward and backward, and the fused forward, whose
+ * o and final state must be bitwise the staged forward's, checked and timed after it); --fwd-only and --bwd-only
  * time one direction (every check still runs); --profile times only 64 value heads x 1 x
  * 32768, four calls a path, without checks (for ncu). Exits 1 when a check fails. The
  * environment variable QSPEC_GDN_LEAN_WARPS=4 or 8 (read at the start into
@@ -54,13 +55,17 @@ bool g_skip_smem = false; /* --skip-smem: leave out the BF16-staged path */
 bool g_profile = false;   /* --profile: one call of each path, no checks (for ncu) */
 
 typedef __nv_bfloat16 bf16;
-const char *const kMmaName[3] = {"bf16", "tf32x3", "bf16-smem"};
-/* The timed paths: mmas, the BF16-staged one left out under --skip-smem. */
+const char *const kMmaName[4] = {"bf16", "tf32x3", "bf16-smem", "bf16-fused"};
+bool staged(int mma)
+{
+    return mma == qc::kGdnMmaBf16Smem || mma == qc::kGdnMmaBf16Fused;
+}
+/* The timed paths: mmas, the BF16-staged ones left out under --skip-smem. */
 std::vector<int> timed_mmas(std::initializer_list<int> mmas)
 {
     std::vector<int> r;
     for (int m : mmas)
-        if (!(m == qc::kGdnMmaBf16Smem && g_skip_smem))
+        if (!(staged(m) && g_skip_smem))
             r.push_back(m);
     return r;
 }
@@ -288,12 +293,14 @@ void check_one(qs_ctx *ctx, const check_case &c)
     f32_to_bf16<<<blocks(nqk), 256>>>(dq, hq, nqk);
     f32_to_bf16<<<blocks(nqk), 256>>>(dk, hk, nqk);
     f32_to_bf16<<<blocks(nv), 256>>>(dv, hvv, nv);
-    const double lim[3] = {2e-2, 1e-4, 2e-2};
+    const double lim[4] = {2e-2, 1e-4, 2e-2, 2e-2};
     bool smem_ok = c.dk == 128 && c.dv == 128;
-    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem}) {
-        if (mma == qc::kGdnMmaBf16Smem && (!smem_ok || g_skip_smem))
+    std::vector<float> smem_o, smem_ht; /* the staged path's, for the fused one */
+    for (int mma :
+         {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused}) {
+        if (staged(mma) && (!smem_ok || g_skip_smem))
             continue;
-        bool hio = mma == qc::kGdnMmaBf16Smem;
+        bool hio = staged(mma);
         CHECK_CUDA(cudaMemset(dout, 0xff, nv * 4)); /* NaN: an unwritten o shows */
         CHECK_CUDA(cudaMemset(ho, 0xff, nv * 2));
         CHECK_CUDA(cudaMemset(plan.ws, 0, plan.ws_floats * 4));
@@ -321,6 +328,25 @@ void check_one(qs_ctx *ctx, const check_case &c)
         rel eo, eh, ew, eu, ea;
         eo.add(go.data(), ro.data(), nv);
         eh.add(ght.data(), rht.data(), ns);
+        if (mma == qc::kGdnMmaBf16Fused) { /* the same bits as the staged kernels */
+            size_t od = 0, hd = 0;
+            for (size_t e = 0; e < nv; e++)
+                od += memcmp(&go[e], &smem_o[e], 4) != 0;
+            for (size_t e = 0; e < ns; e++)
+                hd += memcmp(&ght[e], &smem_ht[e], 4) != 0;
+            bool ok = od == 0 && hd == 0 && eo.rrms() <= lim[mma] && !std::isnan(eo.num);
+            printf("check %-28s %-9s o rrms %.2e  ht rrms %.2e  | against bf16-smem: %zu of %zu o "
+                   "and %zu of %zu ht differ  %s\n",
+                   c.name, kMmaName[mma], eo.rrms(), eh.rrms(), od, nv, hd, ns,
+                   ok ? "ok" : "FAIL");
+            fflush(stdout);
+            g_fail += ok ? 0 : 1;
+            continue;
+        }
+        if (mma == qc::kGdnMmaBf16Smem) {
+            smem_o = go;
+            smem_ht = ght;
+        }
         /* the workspace of every chunk against the float64 model */
         const float *W = ws.data(), *U = W + c.hv * T * c.dk, *A = U + c.hv * T * c.dv;
         for (int64_t n = 0; n < c.b; n++) {
@@ -600,6 +626,30 @@ __global__ void sq_sums(const float *a, const float *b, size_t n, double *acc)
     }
 }
 
+__global__ void ndiff_kernel(const unsigned char *a, const unsigned char *b, size_t n,
+                             unsigned long long *cnt)
+{
+    unsigned long long m = 0;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        m += a[i] != b[i];
+    if (m)
+        atomicAdd(cnt, m);
+}
+
+/* The bytes in which two device arrays of n bytes differ. */
+unsigned long long dev_ndiff(const void *a, const void *b, size_t n)
+{
+    unsigned long long *cnt, h = 0;
+    CHECK_CUDA(cudaMalloc(&cnt, sizeof h));
+    CHECK_CUDA(cudaMemset(cnt, 0, sizeof h));
+    ndiff_kernel<<<1024, 256>>>(static_cast<const unsigned char *>(a),
+                                static_cast<const unsigned char *>(b), n, cnt);
+    CHECK_CUDA(cudaMemcpy(&h, cnt, sizeof h, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaFree(cnt));
+    return h;
+}
+
 /* ||a - b|| / ||b|| of two device arrays (NaN when a holds a NaN). */
 double dev_rrms(const float *a, const float *b, size_t n)
 {
@@ -662,21 +712,36 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    for (int mma : timed_mmas({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem})) {
+    __nv_bfloat16 *o_smem = nullptr; /* the staged path's o and ht, for the fused one */
+    float *ht_smem = nullptr;
+    for (int mma : timed_mmas({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem,
+                               qc::kGdnMmaBf16Fused})) {
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, o,
                                      ht, 0);
         });
         bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
         CHECK_CUDA(cudaDeviceSynchronize());
-        printf("time gdn_fwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms "
-               "%.5f  "
-               "ht rrms %.5f\n",
-               kMmaName[mma], (long long)hv, (long long)nseq,
-               (long long)seq_t, med, flop / (med * 1e-3) / 1e12, dev_rrms(of, oref, nv),
-               dev_rrms(ht, htref, ns));
+        printf("time gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms "
+               "%.5f  ht rrms %.5f",
+               kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
+               flop / (med * 1e-3) / 1e12, dev_rrms(of, oref, nv), dev_rrms(ht, htref, ns));
+        if (mma == qc::kGdnMmaBf16Smem) {
+            CHECK_CUDA(cudaMalloc(&o_smem, nv * 2));
+            CHECK_CUDA(cudaMalloc(&ht_smem, ns * 4));
+            CHECK_CUDA(cudaMemcpy(o_smem, o, nv * 2, cudaMemcpyDeviceToDevice));
+            CHECK_CUDA(cudaMemcpy(ht_smem, ht, ns * 4, cudaMemcpyDeviceToDevice));
+        }
+        if (mma == qc::kGdnMmaBf16Fused && o_smem) {
+            unsigned long long od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
+            printf("  bytes differing from bf16-smem: o %llu, ht %llu", od, hd);
+            g_fail += od || hd ? 1 : 0;
+        }
+        printf("\n");
         fflush(stdout);
     }
+    cudaFree(o_smem);
+    cudaFree(ht_smem);
     qc::gdn_chunk_plan_free(&plan);
     for (void *x : {(void *)q, (void *)k, (void *)v, (void *)o, (void *)of, (void *)oref, (void *)g,
                     (void *)beta, (void *)ht, (void *)htref})
