@@ -1125,9 +1125,17 @@ struct chunk_bar {
     }
 };
 
+/* kOut: the forward (o, ht). !kOut: the backward's first pass, wy_fast_kernel and
+ * state_lean_kernel<false, 4> fused: the chunk warps of the first column block also store W,
+ * A and T (rows < nc) into the workspace as wy_fast_kernel does (not U: the walk writes Vn
+ * over it), and the walk
+ * stores the BF16 state before each chunk into hs and Vn over U, with no o. */
+template <bool kOut>
 __global__ void __launch_bounds__(256, 1)
     fused_fwd_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const bf16 *v,
-                     const float *gate, const float *beta, const float *h0, bf16 *o, float *ht)
+                     const float *gate, const float *beta, const float *h0, bf16 *o, float *ht,
+                     const int32_t *chunk0, int64_t nchunks, bf16 *Wg, bf16 *Ag, bf16 *Tg,
+                     bf16 *hs, bf16 *vn)
 {
     typedef fused_layout L;
     extern __shared__ __align__(16) unsigned char smb[];
@@ -1173,10 +1181,13 @@ __global__ void __launch_bounds__(256, 1)
             }
             cp_wait<0>();
             bar_sync(kBarChunk, 128);
+            size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
             for (int task = iw; task < 8; task += 4) /* A: rows past nc zero, as fetched */
                 wy_la(task >> 1, (task & 1) * 32, Kb, Qb, G, Bt, Lf, p.scale,
                       [&](int i, int j, float a0, float a1) {
                           st_pair(Ab + i * kLdH64 + j, i < nc ? a0 : 0.0f, i < nc ? a1 : 0.0f);
+                          if (!kOut && vb == 0 && i < nc)
+                              st_pair(Ag + (row0 + i) * kC + j, a0, a1);
                       });
             bar_sync(kBarChunk, 128);
             solve_t<128>(Lf, Tf, Pf, it, chunk_bar{});
@@ -1186,6 +1197,8 @@ __global__ void __launch_bounds__(256, 1)
                 st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, __fmul_rn(Bt[j], expf(G[j]))),
                         __fmul_rn(t1, __fmul_rn(Bt[j + 1], expf(G[j + 1]))));
                 st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
+                if (!kOut && vb == 0 && i < nc)
+                    st_pair(Tg + (row0 + i) * kC + j, t0, t1);
             }
             bar_sync(kBarChunk, 128);
             for (int task = iw; task < 12; task += 4) { /* W (8 tasks), then U (4) */
@@ -1195,6 +1208,8 @@ __global__ void __launch_bounds__(256, 1)
                 int ld = w ? kLdH : L::kLdX;
                 wy_mul(mt, n0, w ? Tw : Tu, w ? Kb : Vh, ld, [&](int i, int d, float x0, float x1) {
                     st_pair(dst + i * ld + d, i < nc ? x0 : 0.0f, i < nc ? x1 : 0.0f);
+                    if (!kOut && w && vb == 0 && i < nc)
+                        st_pair(Wg + (row0 + i) * kMaxD + d, x0, x1);
                 });
             }
             bar_arrive(kBarFull + b, 256); /* buffer b holds chunk c */
@@ -1217,18 +1232,23 @@ __global__ void __launch_bounds__(256, 1)
     for (int64_t c = 0; c < nch; c++) {
         int b = static_cast<int>(c & 1);
         int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
         uint32_t sa[8][4];
         acc_to_a<8>(sa, s);
+        if (!kOut) /* the BF16 state before chunk c */
+            lean_store_state(
+                stg, s,
+                hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv + cw);
         bar_sync(kBarFull + b, 256);
         lean_gates(L::graw(smb, b), vec, p.scale);
-        lean_chunk<true, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::U(smb, b),
-                                  L::A(smb, b), vec, stg, cw, nc,
-                                  o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw,
-                                  p.hv * p.dv, nullptr, 0);
+        lean_chunk<kOut, L::kLdX>(
+            s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::U(smb, b), L::A(smb, b), vec, stg,
+            cw, nc, kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr,
+            p.hv * p.dv, kOut ? nullptr : vn + row0 * p.dv + cv + cw, p.dv);
         if (c + 2 < nch)
             bar_arrive(kBarEmpty + b, 256);
     }
-    if (ht)
+    if (kOut && ht)
 #pragma unroll
         for (int nt = 0; nt < 16; nt++)
 #pragma unroll
@@ -1432,19 +1452,25 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     return cudaGetLastError();
 }
 
+/* fused_fwd_kernel<kOut> with its shared memory, on the (64 value columns, value head,
+ * sequence) grid. */
+template <bool kOut>
 cudaError_t launch_fused(const gdn_chunk_problem &p, const void *q, const void *k, const void *v,
                          const float *g, const float *beta, const float *h0, void *o, float *ht,
-                         cudaStream_t st)
+                         const int32_t *chunk0, int64_t nchunks, bf16 *W, bf16 *A, bf16 *T,
+                         bf16 *hs, bf16 *vn, cudaStream_t st)
 {
-    cudaError_t err = cudaFuncSetAttribute(
-        fused_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fused_layout::kBytes);
+    cudaError_t err = cudaFuncSetAttribute(fused_fwd_kernel<kOut>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)fused_layout::kBytes);
     if (err != cudaSuccess)
         return err;
     if (p.nseq > 0)
-        fused_fwd_kernel<<<dim3((unsigned)(p.dv / 64), (unsigned)p.hv, (unsigned)p.nseq), 256,
-                           fused_layout::kBytes, st>>>(
+        fused_fwd_kernel<kOut><<<dim3((unsigned)(p.dv / 64), (unsigned)p.hv, (unsigned)p.nseq),
+                                 256, fused_layout::kBytes, st>>>(
             p, static_cast<const bf16 *>(q), static_cast<const bf16 *>(k),
-            static_cast<const bf16 *>(v), g, beta, h0, static_cast<bf16 *>(o), ht);
+            static_cast<const bf16 *>(v), g, beta, h0, static_cast<bf16 *>(o), ht, chunk0, nchunks,
+            W, A, T, hs, vn);
     return cudaGetLastError();
 }
 
@@ -2560,7 +2586,8 @@ __global__ void qk_sum_h_kernel(gdn_chunk_problem p, const bf16 *d_hv, bf16 *dq,
 cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
                             const void *k, const void *v, const float *g, const float *beta,
                             const float *h0, const void *dout, const float *dht, void *dq, void *dk,
-                            void *dv, float *dg, float *dbeta, float *dh0, cudaStream_t st)
+                            void *dv, float *dg, float *dbeta, float *dh0, bool fused,
+                            cudaStream_t st)
 {
     if (plan.ws_floats * 2 < static_cast<size_t>(p.hv) * p.tokens * kWsBwdFast)
         return cudaErrorInvalidValue;
@@ -2589,7 +2616,12 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     bf16 *hs = reinterpret_cast<bf16 *>(plan.hs), *dhs = reinterpret_cast<bf16 *>(plan.dhs);
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     const bf16 *tv = static_cast<const bf16 *>(v), *tdo = static_cast<const bf16 *>(dout);
-    if (plan.nchunks > 0) {
+    if (plan.nchunks > 0 && fused)
+        err = launch_fused<false>(p, q, k, v, g, beta, h0, nullptr, nullptr, plan.chunk0,
+                                  plan.nchunks, W, A, Tw, hs, U, st);
+    if (err != cudaSuccess)
+        return err;
+    if (plan.nchunks > 0 && !fused) {
         wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
             p, plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
@@ -2686,8 +2718,10 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
     if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused) {
         if (p.dk != kMaxD || p.dv != kMaxD || io != kGdnIoBf16)
             return cudaErrorInvalidValue;
-        return mma == kGdnMmaBf16Fused ? launch_fused(p, q, k, v, g, beta, h0, o, ht, st)
-                                       : launch_fast(p, plan, q, k, v, g, beta, h0, o, ht, st);
+        return mma == kGdnMmaBf16Fused
+                   ? launch_fused<true>(p, q, k, v, g, beta, h0, o, ht, nullptr, 0, nullptr,
+                                        nullptr, nullptr, nullptr, nullptr, st)
+                   : launch_fast(p, plan, q, k, v, g, beta, h0, o, ht, st);
     }
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
         return launch<kGdnMmaBf16, __nv_bfloat16, __nv_bfloat16>(p, plan, q, k, v, g, beta, h0, o,
@@ -2711,7 +2745,7 @@ cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
     if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused)
         return p.dk == kMaxD && p.dv == kMaxD && io == kGdnIoBf16
                    ? launch_bwd_fast(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg,
-                                     dbeta, dh0, st)
+                                     dbeta, dh0, mma == kGdnMmaBf16Fused, st)
                    : cudaErrorInvalidValue;
     if (mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3)
         return cudaErrorInvalidValue;

@@ -23,8 +23,8 @@
  * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
  * / 16, beta = sigmoid(N(0,1)), v, dout ~ N(0,1), no initial state or dht in the timed runs.
  * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile]
- * (--skip-smem leaves out the BF16-staged forward and backward, and the fused forward, whose
- * o and final state must be bitwise the staged forward's, checked and timed after it); --fwd-only and --bwd-only
+ * (--skip-smem leaves out the BF16-staged forward and backward, and the fused ones, whose
+ * outputs and gradients must be bitwise the staged ones', checked and timed after them); --fwd-only and --bwd-only
  * time one direction (every check still runs); --profile times only 64 value heads x 1 x
  * 32768, four calls a path, without checks (for ncu). Exits 1 when a check fails. The
  * environment variable QSPEC_GDN_LEAN_WARPS=4 or 8 (read at the start into
@@ -454,13 +454,15 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
         bool bf;
         double lim, lim_io; /* the bound of dg, dbeta, dh0; of dq, dk, dv */
     };
-    const path paths[4] = {{qc::kGdnMmaTf32x3, false, 1e-4, 1e-4},
+    const path paths[5] = {{qc::kGdnMmaTf32x3, false, 1e-4, 1e-4},
                            {qc::kGdnMmaBf16, false, 3e-2, 3e-2},
                            {qc::kGdnMmaTf32x3, true, 1e-4, 4e-3},
-                           {qc::kGdnMmaBf16Smem, true, 3e-2, 3e-2}};
+                           {qc::kGdnMmaBf16Smem, true, 3e-2, 3e-2},
+                           {qc::kGdnMmaBf16Fused, true, 3e-2, 3e-2}};
     bool smem_ok = c.dk == 128 && c.dv == 128 && !g_skip_smem;
+    std::vector<float> smem_got[6]; /* the staged path's gradients, for the fused one */
     for (const path &pa : paths) {
-        if (pa.mma == qc::kGdnMmaBf16Smem && !smem_ok)
+        if (staged(pa.mma) && !smem_ok)
             continue;
         void *q = dev_copy(x.q, pa.bf), *k = dev_copy(x.k, pa.bf), *v = dev_copy(x.v, pa.bf);
         void *dout = dev_copy(x.dout, pa.bf), *dq, *dk, *dv;
@@ -489,6 +491,17 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
             double lim = a < 3 ? pa.lim_io : pa.lim;
             ok = ok && r.rrms() <= lim && !std::isnan(r.num);
             printf(" %s %.2e", nm[a], r.rrms());
+        }
+        if (pa.mma == qc::kGdnMmaBf16Smem)
+            for (int a = 0; a < 6; a++)
+                smem_got[a] = got[a];
+        if (pa.mma == qc::kGdnMmaBf16Fused) { /* the same bits as the staged kernels */
+            size_t nd = 0;
+            for (int a = 0; a < 6; a++)
+                for (size_t e = 0; e < got[a].size(); e++)
+                    nd += memcmp(&got[a][e], &smem_got[a][e], 4) != 0;
+            printf("  %zu values differ from bf16-smem", nd);
+            ok = ok && nd == 0;
         }
         printf("  %s\n", ok ? "ok" : "FAIL");
         fflush(stdout);
@@ -805,7 +818,9 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    for (int mma : timed_mmas({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem})) {
+    void *keep[6] = {}; /* the staged path's gradients, for the fused one */
+    for (int mma : timed_mmas({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem,
+                               qc::kGdnMmaBf16Fused})) {
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
                                      nullptr, dq, dk, dv, dg, db, dh0, 0);
@@ -820,9 +835,23 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                 CHECK_CUDA(
                     cudaMemcpy(ref[3 + a], f32[a], nref[3 + a] * 4, cudaMemcpyDeviceToDevice));
         CHECK_CUDA(cudaDeviceSynchronize());
-        printf("time gdn_bwd chunk-%-9s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s",
-               kMmaName[mma], (long long)hv, (long long)nseq,
-               (long long)seq_t, med, flop / (med * 1e-3) / 1e12);
+        printf("time gdn_bwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s",
+               kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, med,
+               flop / (med * 1e-3) / 1e12);
+        const void *outs[6] = {dq, dk, dv, dg, db, dh0};
+        const size_t bytes[6] = {nqk * 2, nqk * 2, nv * 2, ng * 4, ng * 4, ns * 4};
+        if (mma == qc::kGdnMmaBf16Smem)
+            for (int a = 0; a < 6; a++) {
+                CHECK_CUDA(cudaMalloc(&keep[a], bytes[a]));
+                CHECK_CUDA(cudaMemcpy(keep[a], outs[a], bytes[a], cudaMemcpyDeviceToDevice));
+            }
+        if (mma == qc::kGdnMmaBf16Fused && keep[0]) {
+            unsigned long long nd = 0;
+            for (int a = 0; a < 6; a++)
+                nd += dev_ndiff(outs[a], keep[a], bytes[a]);
+            printf("  bytes differing from bf16-smem: %llu", nd);
+            g_fail += nd ? 1 : 0;
+        }
         if (mma != qc::kGdnMmaTf32x3) {
             const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
             const float *got[6] = {wide[0], wide[1], wide[2], dg, db, dh0};
@@ -833,6 +862,8 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
         printf("\n");
         fflush(stdout);
     }
+    for (void *x : keep)
+        cudaFree(x);
     qc::gdn_chunk_plan_free(&plan);
     for (void *x : {(void *)q, (void *)k, (void *)v, (void *)dout, (void *)dq, (void *)dk,
                     (void *)dv, (void *)g, (void *)beta, (void *)dg, (void *)db, (void *)dh0})
