@@ -16,8 +16,9 @@
  * same with BF16 operands, as upstream kernels round them) or `chunk-bf16-smem` (the
  * BF16-staged kernels for BF16 requests with dk = dv = 128, on BF16 device arrays; other
  * requests take chunk) or `chunk-bf16-fused` (the same, with the staged forward's two kernels
- * fused into one that keeps W, U and A in shared memory: the same o and final state). The chunked backward's dq̂, dk̂ per value head come back to
- * qk_kernel here for the GVA sum and the l2norm backward. */
+ * fused into one that keeps W, U and A in shared memory: the same o and final state). The chunked
+ * backward's dq̂, dk̂ per value head come back to qk_kernel here for the GVA sum and the l2norm
+ * backward. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -511,7 +512,7 @@ qs_status chunk_fwd(const gdn_req &r, qs_gdn_args *a, int mma)
     gdn_chunk_plan plan;
     if (err == cudaSuccess)
         err = gdn_chunk_plan_make(cp, p.cu_seqlens, &plan);
-    if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused) {
+    if (gdn_chunk_staged(mma)) {
         dbuf<__nv_bfloat16> qb, kb, vb, ob;
         if (err == cudaSuccess)
             err = staged_qkv(qn, kn, v, qb, kb, vb);
@@ -568,10 +569,10 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
     gdn_chunk_problem cp{p.b, p.t, r.tokens, p.h, p.hv, p.dk, p.dv, p.scale, p.dtype, r.g.cu};
     gdn_chunk_plan plan;
     if (err == cudaSuccess)
-        err = gdn_chunk_plan_make_bwd(cp, p.cu_seqlens, &plan);
+        err = gdn_chunk_plan_make_bwd(cp, p.cu_seqlens, &plan, gdn_chunk_staged(mma));
     const float *dqk = plan.dqk; /* [2][tokens][hv][dk] FP32: dq̂, then dk̂ */
     dbuf<float> dqk_wide;
-    if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused) {
+    if (gdn_chunk_staged(mma)) {
         dbuf<__nv_bfloat16> qb, kb, vb, dob, dvb;
         if (err == cudaSuccess)
             err = staged_qkv(qn, kn, v, qb, kb, vb);

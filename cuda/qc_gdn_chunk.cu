@@ -19,6 +19,7 @@
  * state_lean_kernel, then dstate_lean_kernel and grad_fast_kernel on BF16 tiles, and sums
  * BF16 dq̂, dk̂ (qk_sum_h_kernel). The lean kernels hold the state (or its gradient) in the
  * accumulators of their mma tiles, 4 or 8 warps a block. */
+#include <atomic>
 #include <cstdlib>
 #include <cuda_bf16.h>
 #include <vector>
@@ -695,10 +696,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     cp_wait<0>();
     __syncthreads();
-    wy_la(warp >> 1, (warp & 1) * 32, Kh, Qh, G, Bt, Lf, p.scale, [&](int i, int j, float a0, float a1) {
-        if (i < nc)
-            st_pair(A + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, a0, a1);
-    });
+    wy_la(warp >> 1, (warp & 1) * 32, Kh, Qh, G, Bt, Lf, p.scale,
+          [&](int i, int j, float a0, float a1) {
+              if (i < nc)
+                  st_pair(A + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, a0, a1);
+          });
     __syncthreads();
     solve_t(Lf, Tf, Pf);
     for (int e = tid; e < kC * kC / 2;
@@ -886,11 +888,10 @@ __device__ __forceinline__ void lean_gates(const float *graw, float *v, float sc
  * is not null), o^T = (S^T Q^T) . scale e^G + Vn^T A^T (kOut: rows < nc into o), S^T = e^{G_l}
  * S^T + (Vn^T . F) K. sa is S^T in BF16, the A operand. */
 template <bool kOut, int kLdX>
-__device__ __forceinline__ void lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4],
-                                           const bf16 *Wh, const bf16 *Kh, const bf16 *Qh,
-                                           const bf16 *Uh, const bf16 *Ah, const float *vec,
-                                           bf16 *stg, int cw, int64_t nc, bf16 *o, int64_t ostride,
-                                           bf16 *vn, int64_t vnstride)
+__device__ __forceinline__ void
+lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
+           const bf16 *Qh, const bf16 *Uh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
+           int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
 {
     float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
 #pragma unroll
@@ -1025,12 +1026,10 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
         cp_wait<1>();
         __syncthreads(); /* stage b is visible */
         lean_gates(L::graw(smb, b), vec, p.scale);
-        lean_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
-                                  L::A(smb, b), vec, stg, cw, nc,
-                                  kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw
-                                       : nullptr,
-                                  p.hv * p.dv, !kOut && vn ? vn + row0 * p.dv + cv + cw : nullptr,
-                                  p.dv);
+        lean_chunk<kOut, L::kLdX>(
+            s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b), L::A(smb, b), vec, stg,
+            cw, nc, kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr,
+            p.hv * p.dv, !kOut && vn ? vn + row0 * p.dv + cv + cw : nullptr, p.dv);
     }
     cp_wait<0>();
     if (ht)
@@ -1045,21 +1044,24 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
 /* The fused forward (kGdnMmaBf16Fused): wy_fast_kernel and state_lean_kernel<true, 4> in one
  * block of 8 warps per (64 value columns, value head, sequence), with the same arithmetic, so
  * its o and final state are bitwise those of the two kernels. Warps 4-7 (the chunk warps)
- * fetch chunk c's q, k, v (the block's 64 columns) and gates and compute its L, T, W, U and A
- * into buffer c & 1, while warps 0-3 (the walk warps) take chunk c - 1 from the other buffer
- * through lean_chunk; W, U and A never leave shared memory. Named barriers hand the buffers
- * over: kBarFull + b (the chunk warps arrive when buffer b holds a chunk, the walk warps wait),
- * kBarEmpty + b (the walk warps arrive when done with it, the chunk warps wait before they
- * refill it; neither side uses it for the last two chunks, so every use is matched), and
- * kBarChunk among the chunk warps alone. W and A are computed by both column blocks of a
- * value head (their product share is small next to the walk). */
+ * compute chunk c's L, T, W, U (the block's 64 columns) and A into buffer c & 1 while warps
+ * 0-3 (the walk warps) take chunk c - 1 from the other buffer through lean_chunk; W, U and A
+ * never leave shared memory. The chunk warps fetch chunk c + 1's K, Q, gates (into buffer
+ * (c + 1) & 1), V and beta (into their own pair of buffers) by cp.async once chunk c's solve
+ * is done and the walk has left that buffer, so the fetch overlaps the rest of chunk c. Named
+ * barriers hand the buffers over: kBarFull + b (the chunk warps arrive when buffer b holds a
+ * chunk, the walk warps wait), kBarEmpty + b (the walk warps arrive when done with it, the
+ * chunk warps wait before they refill it; neither side uses it for the last two chunks, so
+ * every use is matched), and kBarChunk among the chunk warps alone. W and A are computed by
+ * both column blocks of a value head (their product share is small next to the walk). */
 struct fused_layout {
     static constexpr int kLdX = 64 + 8; /* U, V: the block's 64 columns */
     static constexpr int kTileX = kC * kLdX * 2;
     /* buffer b: K, Q, W [64][kLdH]; U [64][kLdX]; A [64][kLdH64]; the raw gates [64] */
     static constexpr int kBuf = 3 * kTileH + kTileX + kTileH64 + kC * 4;
-    /* the chunk warps': V [64][kLdX]; L, T, P (FP32 [64][kLdC]); G, beta [64] */
-    static constexpr int kPriv = kTileX + 3 * kTileF + 2 * kC * 4;
+    /* the chunk warps': V [2][64][kLdX] and the raw beta [2][64] (fetched a chunk ahead, the
+     * buffer's index); L, T, P (FP32 [64][kLdC]); G, beta [64] */
+    static constexpr int kPriv = 2 * kTileX + 2 * kC * 4 + 3 * kTileF + 2 * kC * 4;
     /* the walk warps': a staging tile and the gate vectors each */
     static constexpr int kWalk = 4 * (kC * kLdT * 2 + 3 * kC * 4);
     static constexpr size_t kBytes = 2 * static_cast<size_t>(kBuf) + kPriv + kWalk;
@@ -1087,9 +1089,18 @@ struct fused_layout {
     {
         return reinterpret_cast<float *>(s + b * kBuf + 3 * kTileH + kTileX + kTileH64);
     }
+    /* the chunk warps' region: V [2], beta [2], then L, T, P, G, beta */
     static __device__ unsigned char *priv(unsigned char *s)
     {
         return s + 2 * kBuf;
+    }
+    static __device__ bf16 *V(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + 2 * kBuf + b * kTileX);
+    }
+    static __device__ float *braw(unsigned char *s, int b)
+    {
+        return reinterpret_cast<float *>(s + 2 * kBuf + 2 * kTileX + b * kC * 4);
     }
     static __device__ bf16 *stg(unsigned char *s, int warp)
     {
@@ -1134,8 +1145,8 @@ template <bool kOut>
 __global__ void __launch_bounds__(256, 1)
     fused_fwd_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const bf16 *v,
                      const float *gate, const float *beta, const float *h0, bf16 *o, float *ht,
-                     const int32_t *chunk0, int64_t nchunks, bf16 *Wg, bf16 *Ag, bf16 *Tg,
-                     bf16 *hs, bf16 *vn)
+                     const int32_t *chunk0, int64_t nchunks, bf16 *Wg, bf16 *Ag, bf16 *Tg, bf16 *hs,
+                     bf16 *vn)
 {
     typedef fused_layout L;
     extern __shared__ __align__(16) unsigned char smb[];
@@ -1147,39 +1158,46 @@ __global__ void __launch_bounds__(256, 1)
     if (warp >= 4) { /* the chunk warps */
         int it = tid - 128, iw = warp - 4;
         unsigned char *pv = L::priv(smb);
-        bf16 *Vh = reinterpret_cast<bf16 *>(pv);
-        float *Lf = reinterpret_cast<float *>(pv + L::kTileX), *Tf = Lf + kC * kLdC,
-              *Pf = Tf + kC * kLdC, *G = Pf + kC * kLdC, *Bt = G + kC;
+        float *Lf = reinterpret_cast<float *>(pv + 2 * L::kTileX + 2 * kC * 4),
+              *Tf = Lf + kC * kLdC, *Pf = Tf + kC * kLdC, *G = Pf + kC * kLdC, *Bt = G + kC;
         bf16 *Tw = reinterpret_cast<bf16 *>(Lf), *Tu = reinterpret_cast<bf16 *>(Pf);
+        /* chunk c's K, Q, gates into buffer b, its V and beta into the private ones */
+        auto fetch = [&](int64_t c, int b) {
+            int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+            lean_rows<128>(16, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
+                           it);
+            lean_rows<128>(16, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
+                           it);
+            lean_rows<128>(8, L::kLdX, L::V(smb, b), nc, v + (tok0 * p.hv + hvi) * p.dv + cv,
+                           p.hv * p.dv, it);
+            if (iw == 0)
+                for (int i = lane; i < kC; i += 32) {
+                    bool on = i < nc;
+                    size_t e = on ? (tok0 + i) * p.hv + hvi : 0;
+                    cp_async4(L::graw(smb, b) + i, gate + e, on);
+                    cp_async4(L::braw(smb, b) + i, beta + e, on);
+                }
+            cp_commit();
+        };
+        if (nch > 0)
+            fetch(0, 0);
         for (int64_t c = 0; c < nch; c++) {
             int b = static_cast<int>(c & 1);
             int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
             bf16 *Kb = L::K(smb, b), *Qb = L::Q(smb, b), *Wb = L::W(smb, b), *Ub = L::U(smb, b),
-                 *Ab = L::A(smb, b);
-            bar_sync(kBarChunk, 128); /* every chunk warp is done with chunk c - 1's tiles */
-            if (c >= 2)
-                bar_sync(kBarEmpty + b, 256); /* the walk is done with chunk c - 2 */
-            lean_rows<128>(16, kLdH, Kb, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD, it);
-            lean_rows<128>(16, kLdH, Qb, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD, it);
-            lean_rows<128>(8, L::kLdX, Vh, nc, v + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv,
-                           it);
-            if (iw == 0)
-                for (int i = lane; i < kC; i += 32)
-                    cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
-                              i < nc);
-            cp_commit();
+                 *Ab = L::A(smb, b), *Vh = L::V(smb, b);
+            cp_wait<0>();
+            bar_sync(kBarChunk, 128); /* chunk c has landed; chunk c - 1's tiles are done with */
             for (int e = it; e < kC * kC; e += 128)
                 Tf[(e / kC) * kLdC + e % kC] = 0.0f;
-            if (iw == 1) { /* G and beta as wy_fast_kernel */
-                float gr0 = lane < nc ? gate[(tok0 + lane) * p.hv + hvi] : 0.0f;
-                float gr1 = lane + 32 < nc ? gate[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
-                Bt[lane] = lane < nc ? beta[(tok0 + lane) * p.hv + hvi] : 0.0f;
-                Bt[lane + 32] = lane + 32 < nc ? beta[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+            if (iw == 1) { /* G and beta as wy_fast_kernel (the fetch zero-fills past nc) */
+                float gr0 = L::graw(smb, b)[lane], gr1 = L::graw(smb, b)[lane + 32];
+                Bt[lane] = L::braw(smb, b)[lane];
+                Bt[lane + 32] = L::braw(smb, b)[lane + 32];
                 warp_cumsum64(gr0, gr1);
                 G[lane] = gr0;
                 G[lane + 32] = gr1;
             }
-            cp_wait<0>();
             bar_sync(kBarChunk, 128);
             size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
             for (int task = iw; task < 8; task += 4) /* A: rows past nc zero, as fetched */
@@ -1191,6 +1209,11 @@ __global__ void __launch_bounds__(256, 1)
                       });
             bar_sync(kBarChunk, 128);
             solve_t<128>(Lf, Tf, Pf, it, chunk_bar{});
+            if (c + 1 < nch) { /* chunk c + 1 into the other buffer once the walk is done with it */
+                if (c >= 1)
+                    bar_sync(kBarEmpty + (b ^ 1), 256); /* the walk is done with chunk c - 1 */
+                fetch(c + 1, b ^ 1);
+            }
             for (int e = it; e < kC * kC / 2; e += 128) { /* Tw, Tu as wy_fast_kernel */
                 int i = e / (kC / 2), j = 2 * (e % (kC / 2));
                 float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
@@ -1238,7 +1261,8 @@ __global__ void __launch_bounds__(256, 1)
         if (!kOut) /* the BF16 state before chunk c */
             lean_store_state(
                 stg, s,
-                hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv + cw);
+                hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv +
+                    cw);
         bar_sync(kBarFull + b, 256);
         lean_gates(L::graw(smb, b), vec, p.scale);
         lean_chunk<kOut, L::kLdX>(
@@ -1404,10 +1428,16 @@ int lean_warps(const gdn_chunk_problem &p)
 {
     if (gdn_lean_warps == 4 || gdn_lean_warps == 8)
         return gdn_lean_warps;
+    static std::atomic<int> sms_of[64]; /* by device, 0 until asked */
     int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64)
+        sms = sms_of[dev].load(std::memory_order_relaxed);
+    if (sms == 0 &&
+        (cudaGetDevice(&dev) != cudaSuccess ||
+         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess))
         sms = 1 << 30;
+    else if (dev >= 0 && dev < 64)
+        sms_of[dev].store(sms, std::memory_order_relaxed);
     return p.hv * p.nseq >= sms ? 8 : 4;
 }
 
@@ -1460,14 +1490,14 @@ cudaError_t launch_fused(const gdn_chunk_problem &p, const void *q, const void *
                          const int32_t *chunk0, int64_t nchunks, bf16 *W, bf16 *A, bf16 *T,
                          bf16 *hs, bf16 *vn, cudaStream_t st)
 {
-    cudaError_t err = cudaFuncSetAttribute(fused_fwd_kernel<kOut>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)fused_layout::kBytes);
+    cudaError_t err =
+        cudaFuncSetAttribute(fused_fwd_kernel<kOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)fused_layout::kBytes);
     if (err != cudaSuccess)
         return err;
     if (p.nseq > 0)
-        fused_fwd_kernel<kOut><<<dim3((unsigned)(p.dv / 64), (unsigned)p.hv, (unsigned)p.nseq),
-                                 256, fused_layout::kBytes, st>>>(
+        fused_fwd_kernel<kOut><<<dim3((unsigned)(p.dv / 64), (unsigned)p.hv, (unsigned)p.nseq), 256,
+                                 fused_layout::kBytes, st>>>(
             p, static_cast<const bf16 *>(q), static_cast<const bf16 *>(k),
             static_cast<const bf16 *>(v), g, beta, h0, static_cast<bf16 *>(o), ht, chunk0, nchunks,
             W, A, T, hs, vn);
@@ -2685,17 +2715,19 @@ cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_ho
 }
 
 cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
-                                    gdn_chunk_plan *plan)
+                                    gdn_chunk_plan *plan, bool bf16)
 {
     cudaError_t err = gdn_chunk_plan_make(p, cu_host, plan);
+    size_t el = bf16 ? sizeof(bf16) : sizeof(float);
     size_t nst = static_cast<size_t>(p.hv) * plan->nchunks * p.dk * p.dv;
     size_t nqk = 2 * static_cast<size_t>(p.tokens) * p.hv * p.dk;
+    plan->bf16 = bf16;
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->hs, (nst + 1) * sizeof(float));
+        err = cudaMalloc(&plan->hs, (nst + 2) * el);
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->dhs, (nst + 1) * sizeof(float));
+        err = cudaMalloc(&plan->dhs, (nst + 2) * el);
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->dqk, (nqk + 1) * sizeof(float));
+        err = cudaMalloc(&plan->dqk, (nqk + 2) * el);
     return err;
 }
 
@@ -2715,7 +2747,7 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
 {
     if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0)
         return cudaErrorInvalidValue;
-    if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused) {
+    if (gdn_chunk_staged(mma)) {
         if (p.dk != kMaxD || p.dv != kMaxD || io != kGdnIoBf16)
             return cudaErrorInvalidValue;
         return mma == kGdnMmaBf16Fused
@@ -2742,12 +2774,12 @@ cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
 {
     if (!gdn_chunk_fits(p.dk, p.dv) || p.hv % p.h != 0 || plan.hs == nullptr)
         return cudaErrorInvalidValue;
-    if (mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused)
+    if (gdn_chunk_staged(mma))
         return p.dk == kMaxD && p.dv == kMaxD && io == kGdnIoBf16
                    ? launch_bwd_fast(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg,
                                      dbeta, dh0, mma == kGdnMmaBf16Fused, st)
                    : cudaErrorInvalidValue;
-    if (mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3)
+    if ((mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3) || plan.bf16)
         return cudaErrorInvalidValue;
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
         return launch_bwd<kGdnMmaBf16, bf16, bf16>(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk,

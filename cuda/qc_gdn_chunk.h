@@ -16,7 +16,12 @@ namespace qc
  * accumulation; FP32 intermediates rounded to BF16 as operands, as upstream kernels do),
  * or FP32 split into two TF32 parts (three m16n8k8 per tile: big*big + big*small +
  * small*big, about 22 significant bits per operand). */
-enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2, kGdnMmaBf16Fused = 3 };
+enum gdn_chunk_mma {
+    kGdnMmaBf16 = 0,
+    kGdnMmaTf32x3 = 1,
+    kGdnMmaBf16Smem = 2,
+    kGdnMmaBf16Fused = 3
+};
 /* kGdnMmaBf16Smem: BF16 operands as kGdnMmaBf16, staged in BF16 (shared memory tiles read by
  * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = dv = 128,
  * kGdnIoBf16 only. Its backward keeps T and dVn in the workspace too, and the states before
@@ -25,6 +30,11 @@ enum gdn_chunk_mma { kGdnMmaBf16 = 0, kGdnMmaTf32x3 = 1, kGdnMmaBf16Smem = 2, kG
  * gdn_lean_warps fixes the choice). kGdnMmaBf16Fused: the same forward in one kernel (W, U
  * and A never leave shared memory; o and the final state bitwise those of kGdnMmaBf16Smem,
  * whose backward it shares). */
+/* The BF16-staged kernels' modes (dk = dv = 128, kGdnIoBf16). */
+inline bool gdn_chunk_staged(int mma)
+{
+    return mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused;
+}
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
 enum gdn_chunk_io { kGdnIoF32 = 0, kGdnIoBf16 = 1 };
@@ -52,6 +62,7 @@ struct gdn_chunk_plan {
     float *hs = nullptr;  /* backward: [hv][nchunks][dk][dv] the state before each chunk */
     float *dhs = nullptr; /* backward: [hv][nchunks][dk][dv] the gradient of the state after */
     float *dqk = nullptr; /* backward: [2][tokens][hv][dk] dq̂ then dk̂ of each value head */
+    bool bf16 = false;    /* backward: hs, dhs and dqk sized for BF16 (the staged kernels only) */
 };
 
 /* The lean kernels' warps a block for the benchmark (the plugin leaves it at 0), read at each
@@ -62,9 +73,10 @@ bool gdn_chunk_fits(int64_t dk, int64_t dv);
 /* Builds plan from the host cu_seqlens (NULL: dense) and allocates its device memory. */
 cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_host,
                                 gdn_chunk_plan *plan);
-/* The same, with the backward's buffers (hs, dhs, dqk) too. */
+/* The same, with the backward's buffers (hs, dhs, dqk) too: in FP32, or in BF16 (half the
+ * memory) when bf16 is set, for kGdnMmaBf16Smem and kGdnMmaBf16Fused only. */
 cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
-                                    gdn_chunk_plan *plan);
+                                    gdn_chunk_plan *plan, bool bf16 = false);
 void gdn_chunk_plan_free(gdn_chunk_plan *plan);
 /* o [tokens, hv, dv] and ht [nseq, hv, dk, dv] (may be NULL) from q, k [tokens, h, dk]
  * (already l2-normalized when the op asks for it), v [tokens, hv, dv], g, beta [tokens, hv]

@@ -24,9 +24,9 @@
  * / 16, beta = sigmoid(N(0,1)), v, dout ~ N(0,1), no initial state or dht in the timed runs.
  * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile]
  * (--skip-smem leaves out the BF16-staged forward and backward, and the fused ones, whose
- * outputs and gradients must be bitwise the staged ones', checked and timed after them); --fwd-only and --bwd-only
- * time one direction (every check still runs); --profile times only 64 value heads x 1 x
- * 32768, four calls a path, without checks (for ncu). Exits 1 when a check fails. The
+ * outputs and gradients must be bitwise the staged ones', checked and timed after them); --fwd-only
+ * and --bwd-only time one direction (every check still runs); --profile times only 64 value heads x
+ * 1 x 32768, four calls a path, without checks (for ncu). Exits 1 when a check fails. The
  * environment variable QSPEC_GDN_LEAN_WARPS=4 or 8 (read at the start into
  * qc::gdn_lean_warps) fixes the lean kernels' warps a block (by default 8 where the blocks
  * cover the SMs: the timed shapes with several sequences; 4 elsewhere, the checks included);
@@ -56,16 +56,12 @@ bool g_profile = false;   /* --profile: one call of each path, no checks (for nc
 
 typedef __nv_bfloat16 bf16;
 const char *const kMmaName[4] = {"bf16", "tf32x3", "bf16-smem", "bf16-fused"};
-bool staged(int mma)
-{
-    return mma == qc::kGdnMmaBf16Smem || mma == qc::kGdnMmaBf16Fused;
-}
 /* The timed paths: mmas, the BF16-staged ones left out under --skip-smem. */
 std::vector<int> timed_mmas(std::initializer_list<int> mmas)
 {
     std::vector<int> r;
     for (int m : mmas)
-        if (!(staged(m) && g_skip_smem))
+        if (!(qc::gdn_chunk_staged(m) && g_skip_smem))
             r.push_back(m);
     return r;
 }
@@ -298,9 +294,9 @@ void check_one(qs_ctx *ctx, const check_case &c)
     std::vector<float> smem_o, smem_ht; /* the staged path's, for the fused one */
     for (int mma :
          {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused}) {
-        if (staged(mma) && (!smem_ok || g_skip_smem))
+        if (qc::gdn_chunk_staged(mma) && (!smem_ok || g_skip_smem))
             continue;
-        bool hio = staged(mma);
+        bool hio = qc::gdn_chunk_staged(mma);
         CHECK_CUDA(cudaMemset(dout, 0xff, nv * 4)); /* NaN: an unwritten o shows */
         CHECK_CUDA(cudaMemset(ho, 0xff, nv * 2));
         CHECK_CUDA(cudaMemset(plan.ws, 0, plan.ws_floats * 4));
@@ -337,8 +333,7 @@ void check_one(qs_ctx *ctx, const check_case &c)
             bool ok = od == 0 && hd == 0 && eo.rrms() <= lim[mma] && !std::isnan(eo.num);
             printf("check %-28s %-9s o rrms %.2e  ht rrms %.2e  | against bf16-smem: %zu of %zu o "
                    "and %zu of %zu ht differ  %s\n",
-                   c.name, kMmaName[mma], eo.rrms(), eh.rrms(), od, nv, hd, ns,
-                   ok ? "ok" : "FAIL");
+                   c.name, kMmaName[mma], eo.rrms(), eh.rrms(), od, nv, hd, ns, ok ? "ok" : "FAIL");
             fflush(stdout);
             g_fail += ok ? 0 : 1;
             continue;
@@ -462,7 +457,7 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
     bool smem_ok = c.dk == 128 && c.dv == 128 && !g_skip_smem;
     std::vector<float> smem_got[6]; /* the staged path's gradients, for the fused one */
     for (const path &pa : paths) {
-        if (staged(pa.mma) && !smem_ok)
+        if (qc::gdn_chunk_staged(pa.mma) && !smem_ok)
             continue;
         void *q = dev_copy(x.q, pa.bf), *k = dev_copy(x.k, pa.bf), *v = dev_copy(x.v, pa.bf);
         void *dout = dev_copy(x.dout, pa.bf), *dq, *dk, *dv;
@@ -727,8 +722,8 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     CHECK_CUDA(cudaEventCreate(&e1));
     __nv_bfloat16 *o_smem = nullptr; /* the staged path's o and ht, for the fused one */
     float *ht_smem = nullptr;
-    for (int mma : timed_mmas({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem,
-                               qc::kGdnMmaBf16Fused})) {
+    for (int mma : timed_mmas(
+             {qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused})) {
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, o,
                                      ht, 0);
@@ -746,7 +741,8 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             CHECK_CUDA(cudaMemcpy(ht_smem, ht, ns * 4, cudaMemcpyDeviceToDevice));
         }
         if (mma == qc::kGdnMmaBf16Fused && o_smem) {
-            unsigned long long od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
+            unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
+                               hd = dev_ndiff(ht, ht_smem, ns * 4);
             printf("  bytes differing from bf16-smem: o %llu, ht %llu", od, hd);
             g_fail += od || hd ? 1 : 0;
         }
@@ -819,8 +815,8 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
     void *keep[6] = {}; /* the staged path's gradients, for the fused one */
-    for (int mma : timed_mmas({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem,
-                               qc::kGdnMmaBf16Fused})) {
+    for (int mma : timed_mmas(
+             {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused})) {
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
                                      nullptr, dq, dk, dv, dg, db, dh0, 0);
