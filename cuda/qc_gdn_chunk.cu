@@ -1047,13 +1047,14 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
  * compute chunk c's L, T, W, U (the block's 64 columns) and A into buffer c & 1 while warps
  * 0-3 (the walk warps) take chunk c - 1 from the other buffer through lean_chunk; W, U and A
  * never leave shared memory. The chunk warps fetch chunk c + 1's K, Q, gates (into buffer
- * (c + 1) & 1), V and beta (into their own pair of buffers) by cp.async once chunk c's solve
- * is done and the walk has left that buffer, so the fetch overlaps the rest of chunk c. Named
- * barriers hand the buffers over: kBarFull + b (the chunk warps arrive when buffer b holds a
- * chunk, the walk warps wait), kBarEmpty + b (the walk warps arrive when done with it, the
- * chunk warps wait before they refill it; neither side uses it for the last two chunks, so
- * every use is matched), and kBarChunk among the chunk warps alone. W and A are computed by
- * both column blocks of a value head (their product share is small next to the walk). */
+ * (c + 1) & 1), V and beta (into their own pair of buffers) by cp.async as soon as the walk
+ * has left that buffer: they look (without waiting) after each step of chunk c, and wait only
+ * once chunk c is handed over, so the fetch overlaps chunk c whichever side is the slower.
+ * The hand-over: named barrier kBarFull + b (the chunk warps arrive when buffer b holds a
+ * chunk, the walk warps wait), mbarrier empty[b] (each walk thread arrives when done with a
+ * chunk in b; its phase n completes when chunk 2n + b is done), and kBarChunk among the chunk
+ * warps alone. W and A are computed by both column blocks of a value head (their product
+ * share is small next to the walk). The backward's pass needs hs and vn (not null). */
 struct fused_layout {
     static constexpr int kLdX = 64 + 8; /* U, V: the block's 64 columns */
     static constexpr int kTileX = kC * kLdX * 2;
@@ -1064,10 +1065,15 @@ struct fused_layout {
     static constexpr int kPriv = 2 * kTileX + 2 * kC * 4 + 3 * kTileF + 2 * kC * 4;
     /* the walk warps': a staging tile and the gate vectors each */
     static constexpr int kWalk = 4 * (kC * kLdT * 2 + 3 * kC * 4);
-    static constexpr size_t kBytes = 2 * static_cast<size_t>(kBuf) + kPriv + kWalk;
+    static constexpr size_t kBytes = 2 * static_cast<size_t>(kBuf) + kPriv + kWalk + 16;
     static __device__ bf16 *K(unsigned char *s, int b)
     {
         return reinterpret_cast<bf16 *>(s + b * kBuf);
+    }
+    /* the mbarriers empty[2] (8 bytes each), after the walk warps' region */
+    static __device__ uint64_t *empty(unsigned char *s, int b)
+    {
+        return reinterpret_cast<uint64_t *>(s + 2 * kBuf + kPriv + kWalk) + b;
     }
     static __device__ bf16 *Q(unsigned char *s, int b)
     {
@@ -1112,6 +1118,8 @@ struct fused_layout {
                                          warp * 3 * kC * 4);
     }
 };
+static_assert((2 * fused_layout::kBuf + fused_layout::kPriv + fused_layout::kWalk) % 8 == 0,
+              "the mbarriers are 8-byte aligned");
 static_assert(fused_layout::kBuf % 16 == 0 && fused_layout::kPriv % 16 == 0 &&
                   fused_layout::kTileX % 16 == 0 && (3 * kTileH + fused_layout::kTileX) % 16 == 0,
               "the fused kernel's tiles stay 16-byte aligned");
@@ -1119,7 +1127,7 @@ static_assert(fused_layout::kBytes <= 227 * 1024, "the fused kernel's shared mem
 static_assert(kTileH64 <= kTileF, "Tw and Tu fit in L and P");
 static_assert(fused_layout::kLdX == lean_layout<true, 4>::kLdX, "U tiles as the walk reads them");
 
-constexpr int kBarChunk = 1, kBarFull = 2, kBarEmpty = 4;
+constexpr int kBarChunk = 1, kBarFull = 2;
 
 __device__ __forceinline__ void bar_sync(int id, int n)
 {
@@ -1128,6 +1136,31 @@ __device__ __forceinline__ void bar_sync(int id, int n)
 __device__ __forceinline__ void bar_arrive(int id, int n)
 {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count)
+{
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(b))
+                 : "memory");
+}
+/* Whether the phase of this parity has completed (no wait). */
+__device__ __forceinline__ bool mbar_test(uint64_t *b, int parity)
+{
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smem_addr(b)), "r"(parity)
+                 : "memory");
+    return done != 0;
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, int parity)
+{
+    while (!mbar_test(b, parity))
+        ;
 }
 struct chunk_bar {
     __device__ void operator()() const
@@ -1155,6 +1188,11 @@ __global__ void __launch_bounds__(256, 1)
     int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
     int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
     int64_t cv = vb * 64, nch = (len + kC - 1) / kC;
+    if (tid == 0) {
+        mbar_init(L::empty(smb, 0), 128);
+        mbar_init(L::empty(smb, 1), 128);
+    }
+    __syncthreads(); /* the mbarriers are set up; the only block-wide barrier */
     if (warp >= 4) { /* the chunk warps */
         int it = tid - 128, iw = warp - 4;
         unsigned char *pv = L::priv(smb);
@@ -1181,11 +1219,28 @@ __global__ void __launch_bounds__(256, 1)
         };
         if (nch > 0)
             fetch(0, 0);
+        bool fetched = false; /* chunk c + 1's fetch is issued */
+        /* chunk c + 1's fetch once the walk is done with chunk c - 1 (no wait unless must) */
+        auto fetch_next = [&](int64_t c, bool must) {
+            if (fetched || c + 1 >= nch)
+                return;
+            int b1 = static_cast<int>((c + 1) & 1);
+            if (c >= 1) {
+                int par = static_cast<int>(((c - 1) >> 1) & 1);
+                if (must)
+                    mbar_wait(L::empty(smb, b1), par);
+                else if (!mbar_test(L::empty(smb, b1), par))
+                    return;
+            }
+            fetch(c + 1, b1);
+            fetched = true;
+        };
         for (int64_t c = 0; c < nch; c++) {
             int b = static_cast<int>(c & 1);
             int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
             bf16 *Kb = L::K(smb, b), *Qb = L::Q(smb, b), *Wb = L::W(smb, b), *Ub = L::U(smb, b),
                  *Ab = L::A(smb, b), *Vh = L::V(smb, b);
+            fetched = false;
             cp_wait<0>();
             bar_sync(kBarChunk, 128); /* chunk c has landed; chunk c - 1's tiles are done with */
             for (int e = it; e < kC * kC; e += 128)
@@ -1207,13 +1262,10 @@ __global__ void __launch_bounds__(256, 1)
                           if (!kOut && vb == 0 && i < nc)
                               st_pair(Ag + (row0 + i) * kC + j, a0, a1);
                       });
+            fetch_next(c, false);
             bar_sync(kBarChunk, 128);
             solve_t<128>(Lf, Tf, Pf, it, chunk_bar{});
-            if (c + 1 < nch) { /* chunk c + 1 into the other buffer once the walk is done with it */
-                if (c >= 1)
-                    bar_sync(kBarEmpty + (b ^ 1), 256); /* the walk is done with chunk c - 1 */
-                fetch(c + 1, b ^ 1);
-            }
+            fetch_next(c, false);
             for (int e = it; e < kC * kC / 2; e += 128) { /* Tw, Tu as wy_fast_kernel */
                 int i = e / (kC / 2), j = 2 * (e % (kC / 2));
                 float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
@@ -1235,7 +1287,9 @@ __global__ void __launch_bounds__(256, 1)
                         st_pair(Wg + (row0 + i) * kMaxD + d, x0, x1);
                 });
             }
+            fetch_next(c, false);
             bar_arrive(kBarFull + b, 256); /* buffer b holds chunk c */
+            fetch_next(c, true);
         }
         return;
     }
@@ -1269,8 +1323,7 @@ __global__ void __launch_bounds__(256, 1)
             s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::U(smb, b), L::A(smb, b), vec, stg,
             cw, nc, kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr,
             p.hv * p.dv, kOut ? nullptr : vn + row0 * p.dv + cv + cw, p.dv);
-        if (c + 2 < nch)
-            bar_arrive(kBarEmpty + b, 256);
+        mbar_arrive(L::empty(smb, b)); /* this thread is done with buffer b */
     }
     if (kOut && ht)
 #pragma unroll
