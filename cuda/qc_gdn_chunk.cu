@@ -882,6 +882,21 @@ __device__ __forceinline__ void lean_gates(const float *graw, float *v, float sc
     __syncwarp();
 }
 
+/* c += A B^T for a warp's [16][64] strip: A its [16][128] BF16 fragments (k step kk in a[kk]),
+ * B [64][kLdH] in shared memory (row n, 128 k). */
+__device__ __forceinline__ void strip_nk128(float (&c)[8][4], const uint32_t (&a)[8][4],
+                                            const bf16 *B)
+{
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t b[4];
+            frag_b_nk(b, B, kLdH, 16 * np, 16 * kk);
+            mma2(c[2 * np], c[2 * np + 1], a[kk], b);
+        }
+}
+
 /* One chunk of a lean walk by one warp (cw: its first column among the block's), from the
  * chunk's tiles W, K [64][kLdH], Q [64][kLdH] and A [64][kLdH64] (kOut), X (U, [64][kLdX], the
  * block's columns) and the warp's gate vectors: Vn^T = U^T - S^T W^T (into vn, over U, when vn
@@ -894,14 +909,7 @@ lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const 
            int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
 {
     float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-        for (int np = 0; np < 4; np++) {
-            uint32_t bw[4];
-            frag_b_nk(bw, Wh, kLdH, 16 * np, 16 * kk);
-            mma2(vt[2 * np], vt[2 * np + 1], sa[kk], bw);
-        }
+    strip_nk128(vt, sa, Wh);
     float v2[8][4]; /* F . Vn^T */
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
@@ -919,14 +927,7 @@ lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const 
         lean_store_t(stg, vt, nc, vn, vnstride);
     if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
         float ot[8][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t bq[4];
-                frag_b_nk(bq, Qh, kLdH, 16 * np, 16 * kk);
-                mma2(ot[2 * np], ot[2 * np + 1], sa[kk], bq);
-            }
+        strip_nk128(ot, sa, Qh);
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -1402,14 +1403,7 @@ __global__ void __launch_bounds__(32 * kW, 1)
         const bf16 *Wh = L::W(smb, b), *Kh = L::K(smb, b), *Qh = L::Q(smb, b);
         const bf16 *dOh = L::X(smb, b), *Ah = L::A(smb, b);
         float dt[8][4] = {}; /* dVn^T: value column acc_row(e), token acc_col */
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t bk[4];
-                frag_b_nk(bk, Kh, kLdH, 16 * np, 16 * kk);
-                mma2(dt[2 * np], dt[2 * np + 1], da[kk], bk);
-            }
+        strip_nk128(dt, da, Kh);
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
