@@ -882,17 +882,18 @@ __device__ __forceinline__ void lean_gates(const float *graw, float *v, float sc
     __syncwarp();
 }
 
-/* c += A B^T for a warp's [16][64] strip: A its [16][128] BF16 fragments (k step kk in a[kk]),
- * B [64][kLdH] in shared memory (row n, 128 k). */
-__device__ __forceinline__ void strip_nk128(float (&c)[8][4], const uint32_t (&a)[8][4],
-                                            const bf16 *B)
+/* c += A B^T for a warp's [16][64] strip: A its [16][16 KS] BF16 fragments (k step kk in
+ * a[kk]), B [64][ld] in shared memory (row n, 16 KS k). */
+template <int KS>
+__device__ __forceinline__ void strip_nk(float (&c)[8][4], const uint32_t (&a)[KS][4],
+                                         const bf16 *B, int ld)
 {
 #pragma unroll
-    for (int kk = 0; kk < 8; kk++)
+    for (int kk = 0; kk < KS; kk++)
 #pragma unroll
         for (int np = 0; np < 4; np++) {
             uint32_t b[4];
-            frag_b_nk(b, B, kLdH, 16 * np, 16 * kk);
+            frag_b_nk(b, B, ld, 16 * np, 16 * kk);
             mma2(c[2 * np], c[2 * np + 1], a[kk], b);
         }
 }
@@ -909,7 +910,7 @@ lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const 
            int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
 {
     float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
-    strip_nk128(vt, sa, Wh);
+    strip_nk<8>(vt, sa, Wh, kLdH);
     float v2[8][4]; /* F . Vn^T */
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
@@ -927,20 +928,13 @@ lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const 
         lean_store_t(stg, vt, nc, vn, vnstride);
     if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
         float ot[8][4] = {};
-        strip_nk128(ot, sa, Qh);
+        strip_nk<8>(ot, sa, Qh, kLdH);
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 ot[nt][e] = __fmul_rn(ot[nt][e], vec[kC + acc_col(nt, e)]);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t ba[4];
-                frag_b_nk(ba, Ah, kLdH64, 16 * np, 16 * kk);
-                mma2(ot[2 * np], ot[2 * np + 1], va[kk], ba);
-            }
+        strip_nk<4>(ot, va, Ah, kLdH64);
         lean_store_t(stg, ot, nc, o, ostride);
     }
     /* S^T = e^{G_l} S^T + (F . Vn^T) K */
@@ -1403,7 +1397,7 @@ __global__ void __launch_bounds__(32 * kW, 1)
         const bf16 *Wh = L::W(smb, b), *Kh = L::K(smb, b), *Qh = L::Q(smb, b);
         const bf16 *dOh = L::X(smb, b), *Ah = L::A(smb, b);
         float dt[8][4] = {}; /* dVn^T: value column acc_row(e), token acc_col */
-        strip_nk128(dt, da, Kh);
+        strip_nk<8>(dt, da, Kh, kLdH);
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
