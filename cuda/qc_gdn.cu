@@ -16,7 +16,8 @@
  * same with BF16 operands, as upstream kernels round them) or `chunk-bf16-smem` (the
  * BF16-staged kernels for BF16 requests with dk = dv = 128, on BF16 device arrays; other
  * requests take chunk) or `chunk-bf16-fused` (the same, with the staged forward's two kernels
- * fused into one that keeps W, U and A in shared memory: the same o and final state). The chunked
+ * fused into one that keeps W, U and A in shared memory: the same o and final state) or
+ * `chunk-bf16-wgmma` (that kernel with the walk's products on wgmma, sm_90a). The chunked
  * backward's dq̂, dk̂ per value head come back to qk_kernel here for the GVA sum and the l2norm
  * backward. */
 #include <cuda_bf16.h>
@@ -415,7 +416,14 @@ cudaError_t prep(const gdn_req &r, const qs_gdn_args *a, dbuf<float> &q, dbuf<fl
 }
 
 /* The forward and backward QSPEC_CUDA_GDN selects; an unknown value is the reference's. */
-enum gdn_path { kPathReference, kPathChunk, kPathChunkBf16, kPathChunkSmem, kPathChunkFused };
+enum gdn_path {
+    kPathReference,
+    kPathChunk,
+    kPathChunkBf16,
+    kPathChunkSmem,
+    kPathChunkFused,
+    kPathChunkWg
+};
 
 gdn_path gdn_path_selected()
 {
@@ -429,6 +437,8 @@ gdn_path gdn_path_selected()
             return kPathChunkSmem;
         if (e && strcmp(e, "chunk-bf16-fused") == 0)
             return kPathChunkFused;
+        if (e && strcmp(e, "chunk-bf16-wgmma") == 0)
+            return kPathChunkWg;
         return kPathReference;
     }();
     return sel;
@@ -436,16 +446,19 @@ gdn_path gdn_path_selected()
 
 /* The chunk kernels' operand precision for a request on a chunked path. chunk-bf16-smem:
  * the BF16-staged kernels where they apply (BF16 values, dk = dv = 128: their tiles;
- * chunk-bf16-fused: their forward in one kernel, the same bits), and
+ * chunk-bf16-fused: their forward in one kernel, the same bits; chunk-bf16-wgmma: that kernel's
+ * walk on wgmma), and
  * the FP32-accurate TF32x3 kernels elsewhere, whose error fits the FP32 tolerances of
  * [ATTN-TOL] that BF16 operands do not. */
 int chunk_mma(gdn_path path, const qs_gdn_params &p)
 {
     if (path == kPathChunkBf16)
         return kGdnMmaBf16;
-    if ((path == kPathChunkSmem || path == kPathChunkFused) && p.dtype == QS_BF16 && p.dk == 128 &&
-        p.dv == 128)
-        return path == kPathChunkFused ? kGdnMmaBf16Fused : kGdnMmaBf16Smem;
+    if ((path == kPathChunkSmem || path == kPathChunkFused || path == kPathChunkWg) &&
+        p.dtype == QS_BF16 && p.dk == 128 && p.dv == 128)
+        return path == kPathChunkWg      ? kGdnMmaBf16Wg
+               : path == kPathChunkFused ? kGdnMmaBf16Fused
+                                         : kGdnMmaBf16Smem;
     return kGdnMmaTf32x3;
 }
 

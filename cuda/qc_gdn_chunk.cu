@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "qc_attn.cuh"
+#include "qc_flash_wgmma.cuh"
 #include "qc_gdn_chunk.h"
 
 namespace qc
@@ -516,11 +517,33 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16 *p)
                  : "r"(smem_addr(p)));
 }
 
+/* Where element (r, c) (c a multiple of 8) of a BF16 tile lies: pad_layout, rows of ld
+ * elements; swz_layout<R>, the 128-byte swizzle of the wgmma operands (R rows; 64-column
+ * panels of R x 128 bytes, the 16-byte chunk c of row r at chunk c ^ (r & 7)). */
+struct pad_layout {
+    int ld;
+    __device__ __forceinline__ int at(int r, int c) const
+    {
+        return r * ld + c;
+    }
+};
+template <int R> struct swz_layout {
+    __device__ __forceinline__ int at(int r, int c) const
+    {
+        return (c >> 6) * (R * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3);
+    }
+};
+
 /* The A fragment (16 x 16 from row m0, column k0) of A stored [m][k]. */
-__device__ __forceinline__ void frag_a_mk(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
+template <class Lay>
+__device__ __forceinline__ void frag_a_mk(uint32_t (&a)[4], const bf16 *s, Lay y, int m0, int k0)
 {
     int l = threadIdx.x & 31;
-    ldsm_x4(a, s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 8);
+    ldsm_x4(a, s + y.at(m0 + (l & 7) + ((l >> 3) & 1) * 8, k0 + (l >> 4) * 8));
+}
+__device__ __forceinline__ void frag_a_mk(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
+{
+    frag_a_mk(a, s, pad_layout{ld}, m0, k0);
 }
 /* The A fragment of A stored transposed, [k][m]. */
 __device__ __forceinline__ void frag_a_km(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
@@ -530,16 +553,26 @@ __device__ __forceinline__ void frag_a_km(uint32_t (&a)[4], const bf16 *s, int l
 }
 /* The B fragments of two 8-column tiles (n0, n0 + 8; k0 .. k0 + 16) of B stored [k][n]:
  * b[0], b[1] for the first, b[2], b[3] for the second. */
+template <class Lay>
+__device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const bf16 *s, Lay y, int n0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4_t(b, s + y.at(k0 + (l & 7) + ((l >> 3) & 1) * 8, n0 + (l >> 4) * 8));
+}
 __device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
 {
-    int l = threadIdx.x & 31;
-    ldsm_x4_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
+    frag_b_kn(b, s, pad_layout{ld}, n0, k0);
 }
 /* The same of B stored transposed, [n][k]. */
-__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
+template <class Lay>
+__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const bf16 *s, Lay y, int n0, int k0)
 {
     int l = threadIdx.x & 31;
-    ldsm_x4(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 8);
+    ldsm_x4(b, s + y.at(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 8));
+}
+__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
+{
+    frag_b_nk(b, s, pad_layout{ld}, n0, k0);
 }
 
 __device__ __forceinline__ void mma2(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
@@ -605,18 +638,18 @@ __device__ __forceinline__ void tile_rows(bool r64, int ldt, bf16 *t, int64_t nc
  * 16 mt + 15 and columns n0 .. n0 + 31 of L = (beta K K^T . Gamma) strictly below the diagonal
  * (into Lf, FP32) and of A = scale Q K^T . Gamma, each pair of A given to put(i, j, a_j,
  * a_{j+1}). */
-template <class Put>
+template <class Put, class Lay = pad_layout>
 __device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16 *Qh,
                                       const float *G, const float *Bt, float *Lf, float scale,
-                                      Put put)
+                                      Put put, Lay y = pad_layout{kLdH})
 {
     float ckk[4][4] = {}, cqk[4][4] = {};
     for (int k0 = 0; k0 < kMaxD; k0 += 16) {
         uint32_t ak[4], aq[4], b0[4], b1[4];
-        frag_a_mk(ak, Kh, kLdH, 16 * mt, k0);
-        frag_a_mk(aq, Qh, kLdH, 16 * mt, k0);
-        frag_b_nk(b0, Kh, kLdH, n0, k0);
-        frag_b_nk(b1, Kh, kLdH, n0 + 16, k0);
+        frag_a_mk(ak, Kh, y, 16 * mt, k0);
+        frag_a_mk(aq, Qh, y, 16 * mt, k0);
+        frag_b_nk(b0, Kh, y, n0, k0);
+        frag_b_nk(b1, Kh, y, n0 + 16, k0);
         mma2(ckk[0], ckk[1], ak, b0);
         mma2(ckk[2], ckk[3], ak, b1);
         mma2(cqk[0], cqk[1], aq, b0);
@@ -639,10 +672,10 @@ __device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16
         }
 }
 
-/* Rows 16 mt .. 16 mt + 15 and columns n0 .. n0 + 63 of Ta [64][kLdH64] times B [64][ldb] (64
- * deep), each pair given to put(i, d, x_d, x_{d+1}). */
-template <class Put>
-__device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf16 *Bs, int ldb,
+/* Rows 16 mt .. 16 mt + 15 and columns n0 .. n0 + 63 of Ta [64][kLdH64] times B (64 deep, in
+ * layout yb: pad_layout or swz_layout), each pair given to put(i, d, x_d, x_{d+1}). */
+template <class Put, class Lay>
+__device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf16 *Bs, Lay yb,
                                        Put put)
 {
     float c[8][4] = {};
@@ -652,7 +685,7 @@ __device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf1
 #pragma unroll
         for (int np = 0; np < 4; np++) {
             uint32_t b[4];
-            frag_b_kn(b, Bs, ldb, n0 + 16 * np, k0);
+            frag_b_kn(b, Bs, yb, n0 + 16 * np, k0);
             mma2(c[2 * np], c[2 * np + 1], a, b);
         }
     }
@@ -716,7 +749,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     for (int pass = 0; pass < 2; pass++) { /* W = Tw K, U = Tu V */
         bf16 *dst = pass ? U : W;
-        wy_mul(warp >> 1, (warp & 1) * 64, pass ? Tu : Tw, pass ? Vh : Kh, kLdH,
+        wy_mul(warp >> 1, (warp & 1) * 64, pass ? Tu : Tw, pass ? Vh : Kh, pad_layout{kLdH},
                [&](int i, int d, float x0, float x1) {
                    if (i < nc)
                        st_pair(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kMaxD + d,
@@ -797,15 +830,21 @@ static_assert(lean_layout<false, 4>::kBytes + 1024 <= 228 * 1024 / 2,
 static_assert(kMaxD % 64 == 0, "the lean kernels' column blocks tile dv");
 
 /* tile_rows for NT threads (tid their index, from 0): rows of per 16-byte copies. */
-template <int NT>
-__device__ __forceinline__ void lean_rows(int per, int ldt, bf16 *t, int64_t nc, const bf16 *base,
+template <int NT, class Lay>
+__device__ __forceinline__ void lean_rows(int per, Lay y, bf16 *t, int64_t nc, const bf16 *base,
                                           int64_t stride, int tid = threadIdx.x)
 {
     for (int e = tid; e < kC * per; e += NT) {
         int i = e / per, c = e % per;
         bool on = i < nc;
-        cp_async16(t + i * ldt + c * 8, on ? base + i * stride + c * 8 : base, on);
+        cp_async16(t + y.at(i, c * 8), on ? base + i * stride + c * 8 : base, on);
     }
+}
+template <int NT>
+__device__ __forceinline__ void lean_rows(int per, int ldt, bf16 *t, int64_t nc, const bf16 *base,
+                                          int64_t stride, int tid = threadIdx.x)
+{
+    lean_rows<NT>(per, pad_layout{ldt}, t, nc, base, stride, tid);
 }
 
 /* The A fragments (16 rows, k step kk) of a warp's [16][8 nt] FP32 accumulators, in BF16. */
@@ -954,6 +993,111 @@ lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const 
         }
 }
 
+/* The wgmma form of lean_chunk (kGdnMmaBf16Wg): the four warps of the walk are one
+ * warpgroup, so S^T W^T and S^T Q^T are m64n64k16 products with S^T (BF16, registers) as A
+ * and W, Q (swizzled, K-major) from shared memory, Vn^T A^T the same with A, and the state
+ * update an m64n128k16 product with K as B through the transpose bit; the accumulators have
+ * the per-warp layout of the mma.sync strips, so the element-wise steps are lean_chunk's.
+ * Only the accumulation order inside the tensor-core products differs. */
+#if QC_WGMMA
+/* d[8][4] (m64n64, FP32) += A (registers) B (descriptor, K-major), bf16; scale_d 0: d = A B. */
+__device__ __forceinline__ void wg_rs_n64k(float (*d)[4], const uint32_t (&a)[4], uint64_t db,
+                                           int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+                   "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+                   "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+                   "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+                   "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+                   "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+/* The descriptor of k step kk (16 columns) of a swizzled [64][128] tile, K-major. */
+__device__ __forceinline__ uint64_t wg_kdesc(const bf16 *t, int kk)
+{
+    return fl::wg::desc(t + (kk >> 2) * (64 * 64) + (kk & 3) * 16, 16, 1024);
+}
+#endif
+
+template <bool kOut, int kLdX>
+__device__ __forceinline__ void
+wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
+         const bf16 *Qh, const bf16 *Uh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
+         int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
+{
+#if QC_WGMMA
+    namespace wg = fl::wg;
+    float vt[8][4], ot[8][4]; /* S^T W^T, then Vn^T; o^T */
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wg_rs_n64k(vt, sa[kk], wg_kdesc(Wh, kk), kk > 0);
+    if (kOut)
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+            wg_rs_n64k(ot, sa[kk], wg_kdesc(Qh, kk), kk > 0);
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::keep<8>(vt);
+    if (kOut)
+        wg::keep<8>(ot);
+    float v2[8][4]; /* F . Vn^T */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = acc_col(nt, e);
+            float u = __bfloat162float(Uh[i * kLdX + cw + acc_row(e)]);
+            vt[nt][e] = __fsub_rn(u, vt[nt][e]);
+            v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
+        }
+    uint32_t va[4][4], va2[4][4];
+    acc_to_a<4>(va, vt);
+    acc_to_a<4>(va2, v2);
+    if (!kOut && vn)
+        lean_store_t(stg, vt, nc, vn, vnstride);
+    if (kOut)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ot[nt][e] = __fmul_rn(ot[nt][e], vec[kC + acc_col(nt, e)]);
+    float al = vec[2 * kC];
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[nt][e] = __fmul_rn(s[nt][e], al);
+    wg::wg_fence();
+    if (kOut) /* o^T += Vn^T A^T: A [64 i][64 j] is B[k = j][n = i], K-major, one panel */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wg_rs_n64k(ot, va[kk], wg::desc(Ah + kk * 16, 16, 1024), 1);
+            /* S^T += (F . Vn^T) K: K [64 tokens][128 dk] is B[k][n] with n contiguous (transposed)
+             */
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        wg::mma_rs<bf16, 128>(s, va2[kk], wg::desc(Kh + kk * 16 * 64, 64 * 128, 1024), 1);
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::keep<16>(s);
+    if (kOut) {
+        wg::keep<8>(ot);
+        lean_store_t(stg, ot, nc, o, ostride);
+    }
+#else
+    (void)s, (void)sa, (void)Wh, (void)Kh, (void)Qh, (void)Uh, (void)Ah, (void)vec, (void)stg;
+    (void)cw, (void)nc, (void)o, (void)ostride, (void)vn, (void)vnstride;
+    __trap();
+#endif
+}
+
 /* The forward walk (kOut: o, from Q and A too) or the backward's state pass (!kOut: the BF16
  * state before each chunk into hs, Vn over U through vn), the lean way. Per chunk and warp:
  * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
@@ -1050,17 +1194,34 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
  * chunk in b; its phase n completes when chunk 2n + b is done), and kBarChunk among the chunk
  * warps alone. W and A are computed by both column blocks of a value head (their product
  * share is small next to the walk). The backward's pass needs hs and vn (not null). */
-struct fused_layout {
+template <bool kWg> struct fused_layout_t {
     static constexpr int kLdX = 64 + 8; /* U, V: the block's 64 columns */
     static constexpr int kTileX = kC * kLdX * 2;
-    /* buffer b: K, Q, W [64][kLdH]; U [64][kLdX]; A [64][kLdH64]; the raw gates [64] */
-    static constexpr int kBuf = 3 * kTileH + kTileX + kTileH64 + kC * 4;
+    /* buffer b: K, Q, W [64][128]; A [64][64]; U [64][kLdX]; the raw gates [64]. Padded rows
+     * (kLdH, kLdH64) for the mma.sync walk; for the wgmma walk (kWg) the 128-byte swizzle of
+     * its operands (swz_layout<64>), each tile 1024-byte aligned. */
+    static constexpr int kTileQ = kWg ? kC * kMaxD * 2 : kTileH; /* K, Q, W */
+    static constexpr int kTileA = kWg ? kC * kC * 2 : kTileH64;  /* A */
+    static constexpr int kOffQ = kTileQ, kOffW = 2 * kTileQ;
+    static constexpr int kOffA = kWg ? 3 * kTileQ : 3 * kTileH + kTileX;
+    static constexpr int kOffU = kWg ? 3 * kTileQ + kTileA : 3 * kTileH;
+    static constexpr int kOffG = kWg ? kOffU + kTileX : 3 * kTileH + kTileX + kTileH64;
+    static constexpr int kBuf = kWg ? (kOffG + kC * 4 + 1023) / 1024 * 1024 : kOffG + kC * 4;
     /* the chunk warps': V [2][64][kLdX] and the raw beta [2][64] (fetched a chunk ahead, the
      * buffer's index); L, T, P (FP32 [64][kLdC]); G, beta [64] */
     static constexpr int kPriv = 2 * kTileX + 2 * kC * 4 + 3 * kTileF + 2 * kC * 4;
     /* the walk warps': a staging tile and the gate vectors each */
     static constexpr int kWalk = 4 * (kC * kLdT * 2 + 3 * kC * 4);
-    static constexpr size_t kBytes = 2 * static_cast<size_t>(kBuf) + kPriv + kWalk + 16;
+    /* kWg: 1024 bytes to align the base */
+    static constexpr size_t kBytes =
+        2 * static_cast<size_t>(kBuf) + kPriv + kWalk + 16 + (kWg ? 1024 : 0);
+    static __device__ unsigned char *base(unsigned char *s)
+    {
+        if (!kWg)
+            return s;
+        uint32_t a = smem_addr(s);
+        return s + ((1024u - (a & 1023u)) & 1023u);
+    }
     static __device__ bf16 *K(unsigned char *s, int b)
     {
         return reinterpret_cast<bf16 *>(s + b * kBuf);
@@ -1072,23 +1233,23 @@ struct fused_layout {
     }
     static __device__ bf16 *Q(unsigned char *s, int b)
     {
-        return reinterpret_cast<bf16 *>(s + b * kBuf + kTileH);
+        return reinterpret_cast<bf16 *>(s + b * kBuf + kOffQ);
     }
     static __device__ bf16 *W(unsigned char *s, int b)
     {
-        return reinterpret_cast<bf16 *>(s + b * kBuf + 2 * kTileH);
+        return reinterpret_cast<bf16 *>(s + b * kBuf + kOffW);
     }
     static __device__ bf16 *U(unsigned char *s, int b)
     {
-        return reinterpret_cast<bf16 *>(s + b * kBuf + 3 * kTileH);
+        return reinterpret_cast<bf16 *>(s + b * kBuf + kOffU);
     }
     static __device__ bf16 *A(unsigned char *s, int b)
     {
-        return reinterpret_cast<bf16 *>(s + b * kBuf + 3 * kTileH + kTileX);
+        return reinterpret_cast<bf16 *>(s + b * kBuf + kOffA);
     }
     static __device__ float *graw(unsigned char *s, int b)
     {
-        return reinterpret_cast<float *>(s + b * kBuf + 3 * kTileH + kTileX + kTileH64);
+        return reinterpret_cast<float *>(s + b * kBuf + kOffG);
     }
     /* the chunk warps' region: V [2], beta [2], then L, T, P, G, beta */
     static __device__ unsigned char *priv(unsigned char *s)
@@ -1113,12 +1274,22 @@ struct fused_layout {
                                          warp * 3 * kC * 4);
     }
 };
-static_assert((2 * fused_layout::kBuf + fused_layout::kPriv + fused_layout::kWalk) % 8 == 0,
+typedef fused_layout_t<false> fused_layout;
+typedef fused_layout_t<true> fused_wg_layout;
+static_assert((2 * fused_layout::kBuf + fused_layout::kPriv + fused_layout::kWalk) % 8 == 0 &&
+                  (2 * fused_wg_layout::kBuf + fused_wg_layout::kPriv + fused_wg_layout::kWalk) %
+                          8 ==
+                      0,
               "the mbarriers are 8-byte aligned");
 static_assert(fused_layout::kBuf % 16 == 0 && fused_layout::kPriv % 16 == 0 &&
                   fused_layout::kTileX % 16 == 0 && (3 * kTileH + fused_layout::kTileX) % 16 == 0,
               "the fused kernel's tiles stay 16-byte aligned");
-static_assert(fused_layout::kBytes <= 227 * 1024, "the fused kernel's shared memory");
+static_assert(fused_wg_layout::kOffQ % 1024 == 0 && fused_wg_layout::kOffW % 1024 == 0 &&
+                  fused_wg_layout::kOffA % 1024 == 0 && fused_wg_layout::kOffU % 16 == 0 &&
+                  fused_wg_layout::kBuf % 1024 == 0,
+              "the wgmma operand tiles are 1024-byte aligned");
+static_assert(fused_layout::kBytes <= 227 * 1024 && fused_wg_layout::kBytes <= 227 * 1024,
+              "the fused kernel's shared memory");
 static_assert(kTileH64 <= kTileF, "Tw and Tu fit in L and P");
 static_assert(fused_layout::kLdX == lean_layout<true, 4>::kLdX, "U tiles as the walk reads them");
 
@@ -1164,20 +1335,41 @@ struct chunk_bar {
     }
 };
 
+/* The fused kernel's tile layouts: K, Q, W padded (kLdH) for the mma.sync walk, swizzled
+ * (swz_layout<64>) for the wgmma walk; the positions of W and A pairs written by the chunk
+ * warps (d, j even: a pair stays inside a 16-byte chunk). */
+template <bool kWg> __device__ __forceinline__ auto tile_lay()
+{
+    if constexpr (kWg)
+        return swz_layout<64>{};
+    else
+        return pad_layout{kLdH};
+}
+template <bool kWg> __device__ __forceinline__ int w_at(int i, int d)
+{
+    return kWg ? swz_layout<64>{}.at(i, d & ~7) + (d & 7) : i * kLdH + d;
+}
+template <bool kWg> __device__ __forceinline__ int a_at(int i, int j)
+{
+    return kWg ? swz_layout<64>{}.at(i, j & ~7) + (j & 7) : i * kLdH64 + j;
+}
+
 /* kOut: the forward (o, ht). !kOut: the backward's first pass, wy_fast_kernel and
  * state_lean_kernel<false, 4> fused: the chunk warps of the first column block also store W,
  * A and T (rows < nc) into the workspace as wy_fast_kernel does (not U: the walk writes Vn
  * over it), and the walk
  * stores the BF16 state before each chunk into hs and Vn over U, with no o. */
-template <bool kOut>
+template <bool kOut, bool kWg>
 __global__ void __launch_bounds__(256, 1)
     fused_fwd_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const bf16 *v,
                      const float *gate, const float *beta, const float *h0, bf16 *o, float *ht,
                      const int32_t *chunk0, int64_t nchunks, bf16 *Wg, bf16 *Ag, bf16 *Tg, bf16 *hs,
                      bf16 *vn)
 {
-    typedef fused_layout L;
-    extern __shared__ __align__(16) unsigned char smb[];
+    typedef fused_layout_t<kWg> L;
+    extern __shared__ __align__(16) unsigned char smfused[];
+    unsigned char *smb = L::base(smfused);
+    const auto ty = tile_lay<kWg>(); /* K, Q and W, as the walk reads them */
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
     int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
@@ -1197,9 +1389,9 @@ __global__ void __launch_bounds__(256, 1)
         /* chunk c's K, Q, gates into buffer b, its V and beta into the private ones */
         auto fetch = [&](int64_t c, int b) {
             int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-            lean_rows<128>(16, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
+            lean_rows<128>(16, ty, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
                            it);
-            lean_rows<128>(16, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
+            lean_rows<128>(16, ty, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
                            it);
             lean_rows<128>(8, L::kLdX, L::V(smb, b), nc, v + (tok0 * p.hv + hvi) * p.dv + cv,
                            p.hv * p.dv, it);
@@ -1251,12 +1443,14 @@ __global__ void __launch_bounds__(256, 1)
             bar_sync(kBarChunk, 128);
             size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
             for (int task = iw; task < 8; task += 4) /* A: rows past nc zero, as fetched */
-                wy_la(task >> 1, (task & 1) * 32, Kb, Qb, G, Bt, Lf, p.scale,
-                      [&](int i, int j, float a0, float a1) {
-                          st_pair(Ab + i * kLdH64 + j, i < nc ? a0 : 0.0f, i < nc ? a1 : 0.0f);
-                          if (!kOut && vb == 0 && i < nc)
-                              st_pair(Ag + (row0 + i) * kC + j, a0, a1);
-                      });
+                wy_la(
+                    task >> 1, (task & 1) * 32, Kb, Qb, G, Bt, Lf, p.scale,
+                    [&](int i, int j, float a0, float a1) {
+                        st_pair(Ab + a_at<kWg>(i, j), i < nc ? a0 : 0.0f, i < nc ? a1 : 0.0f);
+                        if (!kOut && vb == 0 && i < nc)
+                            st_pair(Ag + (row0 + i) * kC + j, a0, a1);
+                    },
+                    ty);
             fetch_next(c, false);
             bar_sync(kBarChunk, 128);
             solve_t<128>(Lf, Tf, Pf, it, chunk_bar{});
@@ -1272,16 +1466,23 @@ __global__ void __launch_bounds__(256, 1)
             }
             bar_sync(kBarChunk, 128);
             for (int task = iw; task < 12; task += 4) { /* W (8 tasks), then U (4) */
-                bool w = task < 8;
-                int mt = w ? task >> 1 : task - 8, n0 = w ? (task & 1) * 64 : 0;
-                bf16 *dst = w ? Wb : Ub;
-                int ld = w ? kLdH : L::kLdX;
-                wy_mul(mt, n0, w ? Tw : Tu, w ? Kb : Vh, ld, [&](int i, int d, float x0, float x1) {
-                    st_pair(dst + i * ld + d, i < nc ? x0 : 0.0f, i < nc ? x1 : 0.0f);
-                    if (!kOut && w && vb == 0 && i < nc)
-                        st_pair(Wg + (row0 + i) * kMaxD + d, x0, x1);
-                });
+                if (task < 8)
+                    wy_mul(task >> 1, (task & 1) * 64, Tw, Kb, ty,
+                           [&](int i, int d, float x0, float x1) {
+                               st_pair(Wb + w_at<kWg>(i, d), i < nc ? x0 : 0.0f,
+                                       i < nc ? x1 : 0.0f);
+                               if (!kOut && vb == 0 && i < nc)
+                                   st_pair(Wg + (row0 + i) * kMaxD + d, x0, x1);
+                           });
+                else
+                    wy_mul(task - 8, 0, Tu, Vh, pad_layout{L::kLdX},
+                           [&](int i, int d, float x0, float x1) {
+                               st_pair(Ub + i * L::kLdX + d, i < nc ? x0 : 0.0f,
+                                       i < nc ? x1 : 0.0f);
+                           });
             }
+            if (kWg) /* this thread's writes (and cp.async copies) -> the walk's wgmma */
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             fetch_next(c, false);
             bar_arrive(kBarFull + b, 256); /* buffer b holds chunk c */
             fetch_next(c, true);
@@ -1314,10 +1515,14 @@ __global__ void __launch_bounds__(256, 1)
                     cw);
         bar_sync(kBarFull + b, 256);
         lean_gates(L::graw(smb, b), vec, p.scale);
-        lean_chunk<kOut, L::kLdX>(
-            s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::U(smb, b), L::A(smb, b), vec, stg,
-            cw, nc, kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr,
-            p.hv * p.dv, kOut ? nullptr : vn + row0 * p.dv + cv + cw, p.dv);
+        bf16 *od = kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr;
+        bf16 *vd = kOut ? nullptr : vn + row0 * p.dv + cv + cw;
+        if constexpr (kWg)
+            wg_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::U(smb, b),
+                                    L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv, vd, p.dv);
+        else
+            lean_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::U(smb, b),
+                                      L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv, vd, p.dv);
         mbar_arrive(L::empty(smb, b)); /* this thread is done with buffer b */
     }
     if (kOut && ht)
@@ -1523,25 +1728,25 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     return cudaGetLastError();
 }
 
-/* fused_fwd_kernel<kOut> with its shared memory, on the (64 value columns, value head,
+/* fused_fwd_kernel<kOut, kWg> with its shared memory, on the (64 value columns, value head,
  * sequence) grid. */
-template <bool kOut>
+template <bool kOut, bool kWg = false>
 cudaError_t launch_fused(const gdn_chunk_problem &p, const void *q, const void *k, const void *v,
                          const float *g, const float *beta, const float *h0, void *o, float *ht,
                          const int32_t *chunk0, int64_t nchunks, bf16 *W, bf16 *A, bf16 *T,
                          bf16 *hs, bf16 *vn, cudaStream_t st)
 {
-    cudaError_t err =
-        cudaFuncSetAttribute(fused_fwd_kernel<kOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)fused_layout::kBytes);
+    typedef fused_layout_t<kWg> L;
+    cudaError_t err = cudaFuncSetAttribute(
+        fused_fwd_kernel<kOut, kWg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::kBytes);
     if (err != cudaSuccess)
         return err;
     if (p.nseq > 0)
-        fused_fwd_kernel<kOut><<<dim3((unsigned)(p.dv / 64), (unsigned)p.hv, (unsigned)p.nseq), 256,
-                                 fused_layout::kBytes, st>>>(
-            p, static_cast<const bf16 *>(q), static_cast<const bf16 *>(k),
-            static_cast<const bf16 *>(v), g, beta, h0, static_cast<bf16 *>(o), ht, chunk0, nchunks,
-            W, A, T, hs, vn);
+        fused_fwd_kernel<kOut, kWg>
+            <<<dim3((unsigned)(p.dv / 64), (unsigned)p.hv, (unsigned)p.nseq), 256, L::kBytes, st>>>(
+                p, static_cast<const bf16 *>(q), static_cast<const bf16 *>(k),
+                static_cast<const bf16 *>(v), g, beta, h0, static_cast<bf16 *>(o), ht, chunk0,
+                nchunks, W, A, T, hs, vn);
     return cudaGetLastError();
 }
 
@@ -2657,8 +2862,7 @@ __global__ void qk_sum_h_kernel(gdn_chunk_problem p, const bf16 *d_hv, bf16 *dq,
 cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
                             const void *k, const void *v, const float *g, const float *beta,
                             const float *h0, const void *dout, const float *dht, void *dq, void *dk,
-                            void *dv, float *dg, float *dbeta, float *dh0, bool fused,
-                            cudaStream_t st)
+                            void *dv, float *dg, float *dbeta, float *dh0, int mma, cudaStream_t st)
 {
     if (plan.ws_floats * 2 < static_cast<size_t>(p.hv) * p.tokens * kWsBwdFast)
         return cudaErrorInvalidValue;
@@ -2687,9 +2891,13 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     bf16 *hs = reinterpret_cast<bf16 *>(plan.hs), *dhs = reinterpret_cast<bf16 *>(plan.dhs);
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     const bf16 *tv = static_cast<const bf16 *>(v), *tdo = static_cast<const bf16 *>(dout);
+    bool fused = mma != kGdnMmaBf16Smem;
     if (plan.nchunks > 0 && fused)
-        err = launch_fused<false>(p, q, k, v, g, beta, h0, nullptr, nullptr, plan.chunk0,
-                                  plan.nchunks, W, A, Tw, hs, U, st);
+        err = mma == kGdnMmaBf16Wg && fl::wg::available()
+                  ? launch_fused<false, true>(p, q, k, v, g, beta, h0, nullptr, nullptr,
+                                              plan.chunk0, plan.nchunks, W, A, Tw, hs, U, st)
+                  : launch_fused<false>(p, q, k, v, g, beta, h0, nullptr, nullptr, plan.chunk0,
+                                        plan.nchunks, W, A, Tw, hs, U, st);
     if (err != cudaSuccess)
         return err;
     if (plan.nchunks > 0 && !fused) {
@@ -2791,10 +2999,13 @@ cudaError_t gdn_chunk_fwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
     if (gdn_chunk_staged(mma)) {
         if (p.dk != kMaxD || p.dv != kMaxD || io != kGdnIoBf16)
             return cudaErrorInvalidValue;
-        return mma == kGdnMmaBf16Fused
-                   ? launch_fused<true>(p, q, k, v, g, beta, h0, o, ht, nullptr, 0, nullptr,
-                                        nullptr, nullptr, nullptr, nullptr, st)
-                   : launch_fast(p, plan, q, k, v, g, beta, h0, o, ht, st);
+        if (mma == kGdnMmaBf16Smem)
+            return launch_fast(p, plan, q, k, v, g, beta, h0, o, ht, st);
+        if (mma == kGdnMmaBf16Wg && fl::wg::available())
+            return launch_fused<true, true>(p, q, k, v, g, beta, h0, o, ht, nullptr, 0, nullptr,
+                                            nullptr, nullptr, nullptr, nullptr, st);
+        return launch_fused<true>(p, q, k, v, g, beta, h0, o, ht, nullptr, 0, nullptr, nullptr,
+                                  nullptr, nullptr, nullptr, st);
     }
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
         return launch<kGdnMmaBf16, __nv_bfloat16, __nv_bfloat16>(p, plan, q, k, v, g, beta, h0, o,
@@ -2818,7 +3029,7 @@ cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
     if (gdn_chunk_staged(mma))
         return p.dk == kMaxD && p.dv == kMaxD && io == kGdnIoBf16
                    ? launch_bwd_fast(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg,
-                                     dbeta, dh0, mma == kGdnMmaBf16Fused, st)
+                                     dbeta, dh0, mma, st)
                    : cudaErrorInvalidValue;
     if ((mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3) || plan.bf16)
         return cudaErrorInvalidValue;

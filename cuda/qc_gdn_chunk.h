@@ -20,7 +20,8 @@ enum gdn_chunk_mma {
     kGdnMmaBf16 = 0,
     kGdnMmaTf32x3 = 1,
     kGdnMmaBf16Smem = 2,
-    kGdnMmaBf16Fused = 3
+    kGdnMmaBf16Fused = 3,
+    kGdnMmaBf16Wg = 4
 };
 /* kGdnMmaBf16Smem: BF16 operands as kGdnMmaBf16, staged in BF16 (shared memory tiles read by
  * ldmatrix, W, U and A in the workspace, next chunk fetched by cp.async); dk = dv = 128,
@@ -29,11 +30,14 @@ enum gdn_chunk_mma {
  * are the lean ones (state and state gradient in registers, 4 or 8 warps a block;
  * gdn_lean_warps fixes the choice). kGdnMmaBf16Fused: the same forward in one kernel (W, U
  * and A never leave shared memory; o and the final state bitwise those of kGdnMmaBf16Smem,
- * whose backward it shares). */
+ * whose backward it shares). kGdnMmaBf16Wg: kGdnMmaBf16Fused with the walk's products on wgmma
+ * (sm_90a; elsewhere kGdnMmaBf16Fused runs): the same steps in another accumulation order
+ * inside the tensor-core products, so close to it but not its bits; its backward's first
+ * pass is the wgmma kernel too. */
 /* The BF16-staged kernels' modes (dk = dv = 128, kGdnIoBf16). */
 inline bool gdn_chunk_staged(int mma)
 {
-    return mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused;
+    return mma == kGdnMmaBf16Smem || mma == kGdnMmaBf16Fused || mma == kGdnMmaBf16Wg;
 }
 /* The element type of q, k, v and o in device memory: FP32 (o rounded to out_dt and kept
  * as FP32) or BF16. */
@@ -74,7 +78,7 @@ bool gdn_chunk_fits(int64_t dk, int64_t dv);
 cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_host,
                                 gdn_chunk_plan *plan);
 /* The same, with the backward's buffers (hs, dhs, dqk) too: in FP32, or in BF16 (half the
- * memory) when bf16 is set, for kGdnMmaBf16Smem and kGdnMmaBf16Fused only. */
+ * memory) when bf16 is set, for the staged modes only (gdn_chunk_staged). */
 cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
                                     gdn_chunk_plan *plan, bool bf16 = false);
 void gdn_chunk_plan_free(gdn_chunk_plan *plan);

@@ -22,9 +22,11 @@
  *    TF32x3 path's.
  * q and k are l2-normalized when generated (the op's l2norm is off); g = logsigmoid(N(0,1))
  * / 16, beta = sigmoid(N(0,1)), v, dout ~ N(0,1), no initial state or dht in the timed runs.
- * Usage: gdn_bench [--no-timing] [--skip-smem] [--fwd-only | --bwd-only] [--profile]
+ * Usage: gdn_bench [--no-timing] [--skip-smem] [--wgmma] [--fwd-only | --bwd-only] [--profile]
  * (--skip-smem leaves out the BF16-staged forward and backward, and the fused ones, whose
- * outputs and gradients must be bitwise the staged ones', checked and timed after them); --fwd-only
+ * outputs and gradients must be bitwise the staged ones', checked and timed after them, and
+ * with --wgmma their wgmma form, held to the same bounds as the staged ones against the
+ * references); --fwd-only
  * and --bwd-only time one direction (every check still runs); --profile times only 64 value heads x
  * 1 x 32768, four calls a path, without checks (for ncu). Exits 1 when a check fails. The
  * environment variable QSPEC_GDN_LEAN_WARPS=4 or 8 (read at the start into
@@ -53,15 +55,16 @@ namespace
 int g_fail = 0;
 bool g_skip_smem = false; /* --skip-smem: leave out the BF16-staged path */
 bool g_profile = false;   /* --profile: one call of each path, no checks (for ncu) */
+bool g_wgmma = false;     /* --wgmma: the wgmma form of the fused kernels too */
 
 typedef __nv_bfloat16 bf16;
-const char *const kMmaName[4] = {"bf16", "tf32x3", "bf16-smem", "bf16-fused"};
+const char *const kMmaName[5] = {"bf16", "tf32x3", "bf16-smem", "bf16-fused", "bf16-wgmma"};
 /* The timed paths: mmas, the BF16-staged ones left out under --skip-smem. */
 std::vector<int> timed_mmas(std::initializer_list<int> mmas)
 {
     std::vector<int> r;
     for (int m : mmas)
-        if (!(qc::gdn_chunk_staged(m) && g_skip_smem))
+        if (!(qc::gdn_chunk_staged(m) && g_skip_smem) && !(m == qc::kGdnMmaBf16Wg && !g_wgmma))
             r.push_back(m);
     return r;
 }
@@ -289,12 +292,13 @@ void check_one(qs_ctx *ctx, const check_case &c)
     f32_to_bf16<<<blocks(nqk), 256>>>(dq, hq, nqk);
     f32_to_bf16<<<blocks(nqk), 256>>>(dk, hk, nqk);
     f32_to_bf16<<<blocks(nv), 256>>>(dv, hvv, nv);
-    const double lim[4] = {2e-2, 1e-4, 2e-2, 2e-2};
+    const double lim[5] = {2e-2, 1e-4, 2e-2, 2e-2, 2e-2};
     bool smem_ok = c.dk == 128 && c.dv == 128;
     std::vector<float> smem_o, smem_ht; /* the staged path's, for the fused one */
-    for (int mma :
-         {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused}) {
-        if (qc::gdn_chunk_staged(mma) && (!smem_ok || g_skip_smem))
+    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused,
+                    qc::kGdnMmaBf16Wg}) {
+        if ((qc::gdn_chunk_staged(mma) && (!smem_ok || g_skip_smem)) ||
+            (mma == qc::kGdnMmaBf16Wg && !g_wgmma))
             continue;
         bool hio = qc::gdn_chunk_staged(mma);
         CHECK_CUDA(cudaMemset(dout, 0xff, nv * 4)); /* NaN: an unwritten o shows */
@@ -324,13 +328,16 @@ void check_one(qs_ctx *ctx, const check_case &c)
         rel eo, eh, ew, eu, ea;
         eo.add(go.data(), ro.data(), nv);
         eh.add(ght.data(), rht.data(), ns);
-        if (mma == qc::kGdnMmaBf16Fused) { /* the same bits as the staged kernels */
+        if (mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) {
+            /* fused: the same bits as the staged kernels; wgmma: close to them */
             size_t od = 0, hd = 0;
             for (size_t e = 0; e < nv; e++)
                 od += memcmp(&go[e], &smem_o[e], 4) != 0;
             for (size_t e = 0; e < ns; e++)
                 hd += memcmp(&ght[e], &smem_ht[e], 4) != 0;
-            bool ok = od == 0 && hd == 0 && eo.rrms() <= lim[mma] && !std::isnan(eo.num);
+            bool same = mma == qc::kGdnMmaBf16Wg || (od == 0 && hd == 0);
+            bool ok = same && eo.rrms() <= lim[mma] && eh.rrms() <= lim[mma] &&
+                      !std::isnan(eo.num) && !std::isnan(eh.num);
             printf("check %-28s %-9s o rrms %.2e  ht rrms %.2e  | against bf16-smem: %zu of %zu o "
                    "and %zu of %zu ht differ  %s\n",
                    c.name, kMmaName[mma], eo.rrms(), eh.rrms(), od, nv, hd, ns, ok ? "ok" : "FAIL");
@@ -449,15 +456,14 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
         bool bf;
         double lim, lim_io; /* the bound of dg, dbeta, dh0; of dq, dk, dv */
     };
-    const path paths[5] = {{qc::kGdnMmaTf32x3, false, 1e-4, 1e-4},
-                           {qc::kGdnMmaBf16, false, 3e-2, 3e-2},
-                           {qc::kGdnMmaTf32x3, true, 1e-4, 4e-3},
-                           {qc::kGdnMmaBf16Smem, true, 3e-2, 3e-2},
-                           {qc::kGdnMmaBf16Fused, true, 3e-2, 3e-2}};
+    const path paths[6] = {
+        {qc::kGdnMmaTf32x3, false, 1e-4, 1e-4},   {qc::kGdnMmaBf16, false, 3e-2, 3e-2},
+        {qc::kGdnMmaTf32x3, true, 1e-4, 4e-3},    {qc::kGdnMmaBf16Smem, true, 3e-2, 3e-2},
+        {qc::kGdnMmaBf16Fused, true, 3e-2, 3e-2}, {qc::kGdnMmaBf16Wg, true, 3e-2, 3e-2}};
     bool smem_ok = c.dk == 128 && c.dv == 128 && !g_skip_smem;
     std::vector<float> smem_got[6]; /* the staged path's gradients, for the fused one */
     for (const path &pa : paths) {
-        if (qc::gdn_chunk_staged(pa.mma) && !smem_ok)
+        if ((qc::gdn_chunk_staged(pa.mma) && !smem_ok) || (pa.mma == qc::kGdnMmaBf16Wg && !g_wgmma))
             continue;
         void *q = dev_copy(x.q, pa.bf), *k = dev_copy(x.k, pa.bf), *v = dev_copy(x.v, pa.bf);
         void *dout = dev_copy(x.dout, pa.bf), *dq, *dk, *dv;
@@ -490,13 +496,14 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
         if (pa.mma == qc::kGdnMmaBf16Smem)
             for (int a = 0; a < 6; a++)
                 smem_got[a] = got[a];
-        if (pa.mma == qc::kGdnMmaBf16Fused) { /* the same bits as the staged kernels */
+        if (pa.mma == qc::kGdnMmaBf16Fused || pa.mma == qc::kGdnMmaBf16Wg) {
+            /* fused: the same bits as the staged kernels; wgmma: close to them */
             size_t nd = 0;
             for (int a = 0; a < 6; a++)
                 for (size_t e = 0; e < got[a].size(); e++)
                     nd += memcmp(&got[a][e], &smem_got[a][e], 4) != 0;
             printf("  %zu values differ from bf16-smem", nd);
-            ok = ok && nd == 0;
+            ok = ok && (nd == 0 || pa.mma == qc::kGdnMmaBf16Wg);
         }
         printf("  %s\n", ok ? "ok" : "FAIL");
         fflush(stdout);
@@ -723,8 +730,8 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     CHECK_CUDA(cudaEventCreate(&e1));
     __nv_bfloat16 *o_smem = nullptr; /* the staged path's o and ht, for the fused one */
     float *ht_smem = nullptr;
-    for (int mma : timed_mmas(
-             {qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused})) {
+    for (int mma : timed_mmas({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem,
+                               qc::kGdnMmaBf16Fused, qc::kGdnMmaBf16Wg})) {
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, o,
                                      ht, 0);
@@ -741,11 +748,11 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             CHECK_CUDA(cudaMemcpy(o_smem, o, nv * 2, cudaMemcpyDeviceToDevice));
             CHECK_CUDA(cudaMemcpy(ht_smem, ht, ns * 4, cudaMemcpyDeviceToDevice));
         }
-        if (mma == qc::kGdnMmaBf16Fused && o_smem) {
+        if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && o_smem) {
             unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
                                hd = dev_ndiff(ht, ht_smem, ns * 4);
             printf("  bytes differing from bf16-smem: o %llu, ht %llu", od, hd);
-            g_fail += od || hd ? 1 : 0;
+            g_fail += mma == qc::kGdnMmaBf16Fused && (od || hd) ? 1 : 0;
         }
         printf("\n");
         fflush(stdout);
@@ -816,8 +823,8 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
     void *keep[6] = {}; /* the staged path's gradients, for the fused one */
-    for (int mma : timed_mmas(
-             {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused})) {
+    for (int mma : timed_mmas({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem,
+                               qc::kGdnMmaBf16Fused, qc::kGdnMmaBf16Wg})) {
         double med = median_ms(e0, e1, [&] {
             return qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
                                      nullptr, dq, dk, dv, dg, db, dh0, 0);
@@ -842,12 +849,12 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                 CHECK_CUDA(cudaMalloc(&keep[a], bytes[a]));
                 CHECK_CUDA(cudaMemcpy(keep[a], outs[a], bytes[a], cudaMemcpyDeviceToDevice));
             }
-        if (mma == qc::kGdnMmaBf16Fused && keep[0]) {
+        if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && keep[0]) {
             unsigned long long nd = 0;
             for (int a = 0; a < 6; a++)
                 nd += dev_ndiff(outs[a], keep[a], bytes[a]);
             printf("  bytes differing from bf16-smem: %llu", nd);
-            g_fail += nd ? 1 : 0;
+            g_fail += mma == qc::kGdnMmaBf16Fused && nd ? 1 : 0;
         }
         if (mma != qc::kGdnMmaTf32x3) {
             const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
@@ -894,6 +901,7 @@ int main(int argc, char **argv)
         timing = timing && strcmp(argv[i], "--no-timing") != 0;
         g_skip_smem = g_skip_smem || strcmp(argv[i], "--skip-smem") == 0;
         g_profile = g_profile || strcmp(argv[i], "--profile") == 0;
+        g_wgmma = g_wgmma || strcmp(argv[i], "--wgmma") == 0;
         fwd = fwd && strcmp(argv[i], "--bwd-only") != 0;
         bwd = bwd && strcmp(argv[i], "--fwd-only") != 0;
     }
