@@ -1033,20 +1033,24 @@ wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf
 {
 #if QC_WGMMA
     namespace wg = fl::wg;
-    float vt[8][4], ot[8][4]; /* S^T W^T, then Vn^T; o^T */
+    /* S^T W^T, then Vn^T; o^T (no initial values: the first k step has scale-d 0) */
+    float vt[8][4], ot[8][4];
+    wg::keep<8>(const_cast<uint32_t(*)[4]>(sa)); /* S^T's fragments are written before the fence */
     wg::wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 8; kk++)
         wg_rs_n64k(vt, sa[kk], wg_kdesc(Wh, kk), kk > 0);
-    if (kOut)
+    wg::wg_commit();
+    if (kOut) {
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
             wg_rs_n64k(ot, sa[kk], wg_kdesc(Qh, kk), kk > 0);
-    wg::wg_commit();
-    wg::wg_wait<0>();
+        wg::wg_commit();
+        wg::wg_wait<1>(); /* S^T W^T is done; S^T Q^T may still run */
+    } else {
+        wg::wg_wait<0>();
+    }
     wg::keep<8>(vt);
-    if (kOut)
-        wg::keep<8>(ot);
     float v2[8][4]; /* F . Vn^T */
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
@@ -1062,25 +1066,35 @@ wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf
     acc_to_a<4>(va2, v2);
     if (!kOut && vn)
         lean_store_t(stg, vt, nc, vn, vnstride);
-    if (kOut)
+    if (kOut) {
+        wg::wg_wait<0>();
+        wg::keep<8>(ot);
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 ot[nt][e] = __fmul_rn(ot[nt][e], vec[kC + acc_col(nt, e)]);
+    }
     float al = vec[2 * kC];
 #pragma unroll
     for (int nt = 0; nt < 16; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             s[nt][e] = __fmul_rn(s[nt][e], al);
+    /* the accumulators and A fragments are written before the fence */
+    wg::keep<16>(s);
+    wg::keep<4>(va2);
+    if (kOut) {
+        wg::keep<8>(ot);
+        wg::keep<4>(va);
+    }
     wg::wg_fence();
-    if (kOut) /* o^T += Vn^T A^T: A [64 i][64 j] is B[k = j][n = i], K-major, one panel */
+    if (kOut) { /* o^T += Vn^T A^T: A [64 i][64 j] is B[k = j][n = i], K-major, one panel */
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
             wg_rs_n64k(ot, va[kk], wg::desc(Ah + kk * 16, 16, 1024), 1);
-            /* S^T += (F . Vn^T) K: K [64 tokens][128 dk] is B[k][n] with n contiguous (transposed)
-             */
+    }
+    /* S^T += (F . Vn^T) K: K [64 tokens][128 dk] is B[k][n], n contiguous (transposed) */
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
         wg::mma_rs<bf16, 128>(s, va2[kk], wg::desc(Kh + kk * 16 * 64, 64 * 128, 1024), 1);
@@ -2927,6 +2941,11 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
 }
 
 } // namespace
+
+bool gdn_chunk_wgmma_available()
+{
+    return fl::wg::available();
+}
 
 bool gdn_chunk_fits(int64_t dk, int64_t dv)
 {

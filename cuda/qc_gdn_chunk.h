@@ -74,6 +74,8 @@ struct gdn_chunk_plan {
 extern int gdn_lean_warps;
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);
+/* Whether kGdnMmaBf16Wg runs its wgmma kernels on the current device (else the fused ones). */
+bool gdn_chunk_wgmma_available();
 /* Builds plan from the host cu_seqlens (NULL: dense) and allocates its device memory. */
 cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_host,
                                 gdn_chunk_plan *plan);

@@ -905,6 +905,12 @@ int main(int argc, char **argv)
         fwd = fwd && strcmp(argv[i], "--bwd-only") != 0;
         bwd = bwd && strcmp(argv[i], "--fwd-only") != 0;
     }
+    if (g_wgmma) {
+        bool wg = qc::gdn_chunk_wgmma_available();
+        printf("chunk-bf16-wgmma: %s\n", wg ? "the wgmma kernels run on this device"
+                                            : "FAIL: no sm_90a wgmma kernels on this device");
+        g_fail += wg ? 0 : 1;
+    }
     if (g_profile) { /* the long sequence only, for a profiler (ncu --launch-skip) */
         if (fwd)
             time_shape(1, 32768, 64);
