@@ -937,6 +937,45 @@ __device__ __forceinline__ void strip_nk(float (&c)[8][4], const uint32_t (&a)[K
         }
 }
 
+/* The walk's element-wise steps on a warp's [16 value columns][64 tokens] strip vt (S^T W^T):
+ * Vn^T = U^T - vt (in place; U [64][kLdX], the warp's columns from cw), then Vn^T and
+ * F . Vn^T as A fragments (va, va2). */
+template <int kLdX>
+__device__ __forceinline__ void lean_vn(float (&vt)[8][4], uint32_t (&va)[4][4],
+                                        uint32_t (&va2)[4][4], const bf16 *Uh, const float *vec,
+                                        int cw)
+{
+    float v2[8][4]; /* F . Vn^T */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = acc_col(nt, e);
+            float u = __bfloat162float(Uh[i * kLdX + cw + acc_row(e)]);
+            vt[nt][e] = __fsub_rn(u, vt[nt][e]);
+            v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
+        }
+    acc_to_a<4>(va, vt);
+    acc_to_a<4>(va2, v2);
+}
+/* c[.][col] *= f[col] (the strip's token columns); every element *= a. */
+__device__ __forceinline__ void scale_cols(float (&c)[8][4], const float *f)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            c[nt][e] = __fmul_rn(c[nt][e], f[acc_col(nt, e)]);
+}
+template <int N> __device__ __forceinline__ void scale_all(float (&c)[N][4], float a)
+{
+#pragma unroll
+    for (int nt = 0; nt < N; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            c[nt][e] = __fmul_rn(c[nt][e], a);
+}
+
 /* One chunk of a lean walk by one warp (cw: its first column among the block's), from the
  * chunk's tiles W, K [64][kLdH], Q [64][kLdH] and A [64][kLdH64] (kOut), X (U, [64][kLdX], the
  * block's columns) and the warp's gate vectors: Vn^T = U^T - S^T W^T (into vn, over U, when vn
@@ -950,39 +989,19 @@ lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const 
 {
     float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
     strip_nk<8>(vt, sa, Wh, kLdH);
-    float v2[8][4]; /* F . Vn^T */
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int i = acc_col(nt, e);
-            float u = __bfloat162float(Uh[i * kLdX + cw + acc_row(e)]);
-            vt[nt][e] = __fsub_rn(u, vt[nt][e]);
-            v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
-        }
     uint32_t va[4][4], va2[4][4];
-    acc_to_a<4>(va, vt);
-    acc_to_a<4>(va2, v2);
+    lean_vn<kLdX>(vt, va, va2, Uh, vec, cw);
     if (!kOut && vn)
         lean_store_t(stg, vt, nc, vn, vnstride);
     if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
         float ot[8][4] = {};
         strip_nk<8>(ot, sa, Qh, kLdH);
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                ot[nt][e] = __fmul_rn(ot[nt][e], vec[kC + acc_col(nt, e)]);
+        scale_cols(ot, vec + kC);
         strip_nk<4>(ot, va, Ah, kLdH64);
         lean_store_t(stg, ot, nc, o, ostride);
     }
     /* S^T = e^{G_l} S^T + (F . Vn^T) K */
-    float al = vec[2 * kC];
-#pragma unroll
-    for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            s[nt][e] = __fmul_rn(s[nt][e], al);
+    scale_all(s, vec[2 * kC]);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
 #pragma unroll
@@ -1051,36 +1070,16 @@ wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf
         wg::wg_wait<0>();
     }
     wg::keep<8>(vt);
-    float v2[8][4]; /* F . Vn^T */
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int i = acc_col(nt, e);
-            float u = __bfloat162float(Uh[i * kLdX + cw + acc_row(e)]);
-            vt[nt][e] = __fsub_rn(u, vt[nt][e]);
-            v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
-        }
     uint32_t va[4][4], va2[4][4];
-    acc_to_a<4>(va, vt);
-    acc_to_a<4>(va2, v2);
+    lean_vn<kLdX>(vt, va, va2, Uh, vec, cw);
     if (!kOut && vn)
         lean_store_t(stg, vt, nc, vn, vnstride);
     if (kOut) {
         wg::wg_wait<0>();
         wg::keep<8>(ot);
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                ot[nt][e] = __fmul_rn(ot[nt][e], vec[kC + acc_col(nt, e)]);
+        scale_cols(ot, vec + kC);
     }
-    float al = vec[2 * kC];
-#pragma unroll
-    for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            s[nt][e] = __fmul_rn(s[nt][e], al);
+    scale_all(s, vec[2 * kC]);
     /* the accumulators and A fragments are written before the fence */
     wg::keep<16>(s);
     wg::keep<4>(va2);
