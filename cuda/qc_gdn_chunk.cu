@@ -2982,19 +2982,17 @@ cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_ho
 }
 
 cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
-                                    gdn_chunk_plan *plan, bool bf16)
+                                    gdn_chunk_plan *plan)
 {
     cudaError_t err = gdn_chunk_plan_make(p, cu_host, plan);
-    size_t el = bf16 ? sizeof(bf16) : sizeof(float);
     size_t nst = static_cast<size_t>(p.hv) * plan->nchunks * p.dk * p.dv;
     size_t nqk = 2 * static_cast<size_t>(p.tokens) * p.hv * p.dk;
-    plan->bf16 = bf16;
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->hs, (nst + 2) * el);
+        err = cudaMalloc(&plan->hs, (nst + 1) * sizeof(float));
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->dhs, (nst + 2) * el);
+        err = cudaMalloc(&plan->dhs, (nst + 1) * sizeof(float));
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->dqk, (nqk + 2) * el);
+        err = cudaMalloc(&plan->dqk, (nqk + 1) * sizeof(float));
     return err;
 }
 
@@ -3049,7 +3047,7 @@ cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
                    ? launch_bwd_fast(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg,
                                      dbeta, dh0, mma, st)
                    : cudaErrorInvalidValue;
-    if ((mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3) || plan.bf16)
+    if (mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3)
         return cudaErrorInvalidValue;
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
         return launch_bwd<kGdnMmaBf16, bf16, bf16>(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk,

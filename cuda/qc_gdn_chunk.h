@@ -66,7 +66,6 @@ struct gdn_chunk_plan {
     float *hs = nullptr;  /* backward: [hv][nchunks][dk][dv] the state before each chunk */
     float *dhs = nullptr; /* backward: [hv][nchunks][dk][dv] the gradient of the state after */
     float *dqk = nullptr; /* backward: [2][tokens][hv][dk] dq̂ then dk̂ of each value head */
-    bool bf16 = false;    /* backward: hs, dhs and dqk sized for BF16 (the staged kernels only) */
 };
 
 /* The lean kernels' warps a block for the benchmark (the plugin leaves it at 0), read at each
@@ -79,10 +78,9 @@ bool gdn_chunk_wgmma_available();
 /* Builds plan from the host cu_seqlens (NULL: dense) and allocates its device memory. */
 cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_host,
                                 gdn_chunk_plan *plan);
-/* The same, with the backward's buffers (hs, dhs, dqk) too: in FP32, or in BF16 (half the
- * memory) when bf16 is set, for the staged modes only (gdn_chunk_staged). */
+/* The same, with the backward's buffers (hs, dhs, dqk) too. */
 cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
-                                    gdn_chunk_plan *plan, bool bf16 = false);
+                                    gdn_chunk_plan *plan);
 void gdn_chunk_plan_free(gdn_chunk_plan *plan);
 /* o [tokens, hv, dv] and ht [nseq, hv, dk, dv] (may be NULL) from q, k [tokens, h, dk]
  * (already l2-normalized when the op asks for it), v [tokens, hv, dv], g, beta [tokens, hv]
