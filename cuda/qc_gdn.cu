@@ -582,7 +582,7 @@ qs_status chunk_bwd(const gdn_req &r, qs_gdn_args *a, int mma)
     gdn_chunk_problem cp{p.b, p.t, r.tokens, p.h, p.hv, p.dk, p.dv, p.scale, p.dtype, r.g.cu};
     gdn_chunk_plan plan;
     if (err == cudaSuccess)
-        err = gdn_chunk_plan_make_bwd(cp, p.cu_seqlens, &plan);
+        err = gdn_chunk_plan_make_bwd(cp, p.cu_seqlens, &plan, gdn_chunk_staged(mma));
     const float *dqk = plan.dqk; /* [2][tokens][hv][dk] FP32: dq̂, then dk̂ */
     dbuf<float> dqk_wide;
     if (gdn_chunk_staged(mma)) {

@@ -32,6 +32,7 @@ namespace qc
 {
 
 int gdn_lean_warps = 0;
+int gdn_wy_tiles = 0;
 
 namespace
 {
@@ -494,7 +495,6 @@ constexpr int kTileH = kC * kLdH * 2;     /* bytes */
 constexpr int kTileH64 = kC * kLdH64 * 2; /* bytes */
 constexpr int kTileF = kC * kLdC * 4;     /* bytes, = kTileH */
 static_assert(kTileF == kTileH, "the FP32 [64][68] and BF16 [64][136] tiles alias");
-constexpr size_t kWyFastSmem = 5 * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float);
 
 typedef __nv_bfloat16 bf16;
 
@@ -696,25 +696,32 @@ __device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf1
             put(16 * mt + acc_row(e), n0 + acc_col(n, e), c[n][e], c[n][e + 1]);
 }
 
-__global__ void __launch_bounds__(kThreads)
+/* kLateV: V is fetched into T's tile once Tw and Tu are formed, while W = Tw K is computed, so
+ * the kernel holds four tiles (three blocks an SM) instead of five (two); the same products in
+ * the same order either way. */
+template <bool kLateV>
+__global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
     wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
                    const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
                    bf16 *Tout)
 {
+    constexpr int kT = kLateV ? 4 : 5; /* FP32-sized tiles */
     extern __shared__ __align__(16) unsigned char smb[];
     bf16 *Kh = reinterpret_cast<bf16 *>(smb), *Qh = reinterpret_cast<bf16 *>(smb + kTileH);
-    bf16 *Vh = reinterpret_cast<bf16 *>(smb + 2 * kTileH);
-    float *Lf = reinterpret_cast<float *>(smb + 3 * kTileH);
-    float *Tf = reinterpret_cast<float *>(smb + 4 * kTileH);
+    float *Lf = reinterpret_cast<float *>(smb + (kT - 2) * kTileH);
+    float *Tf = reinterpret_cast<float *>(smb + (kT - 1) * kTileH);
+    bf16 *Vh = reinterpret_cast<bf16 *>(kLateV ? smb + 3 * kTileH : smb + 2 * kTileH);
     float *Pf = reinterpret_cast<float *>(Qh);         /* the solve's scratch, once Q is used */
     bf16 *Tw = Qh, *Tu = reinterpret_cast<bf16 *>(Lf); /* after the solve */
-    float *G = reinterpret_cast<float *>(smb + 5 * kTileH), *Bt = G + kC;
+    float *G = reinterpret_cast<float *>(smb + kT * kTileH), *Bt = G + kC;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int64_t ci = blockIdx.x, hvi = blockIdx.y;
     int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
+    const bf16 *vrows = v + (tok0 * p.hv + hvi) * kMaxD;
     tile_rows(false, kLdH, Kh, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
     tile_rows(false, kLdH, Qh, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-    tile_rows(false, kLdH, Vh, nc, v + (tok0 * p.hv + hvi) * kMaxD, p.hv * kMaxD);
+    if (!kLateV)
+        tile_rows(false, kLdH, Vh, nc, vrows, p.hv * kMaxD);
     cp_commit();
     for (int e = tid; e < kC * kC; e += kThreads)
         Tf[(e / kC) * kLdC + e % kC] = 0.0f;
@@ -747,7 +754,15 @@ __global__ void __launch_bounds__(kThreads)
             st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
     }
     __syncthreads();
+    if (kLateV) { /* T is formed into Tw and Tu: its tile takes V */
+        tile_rows(false, kLdH, Vh, nc, vrows, p.hv * kMaxD);
+        cp_commit();
+    }
     for (int pass = 0; pass < 2; pass++) { /* W = Tw K, U = Tu V */
+        if (kLateV && pass == 1) {
+            cp_wait<0>();
+            __syncthreads();
+        }
         bf16 *dst = pass ? U : W;
         wy_mul(warp >> 1, (warp & 1) * 64, pass ? Tu : Tw, pass ? Vh : Kh, pad_layout{kLdH},
                [&](int i, int d, float x0, float x1) {
@@ -756,6 +771,18 @@ __global__ void __launch_bounds__(kThreads)
                                x0, x1);
                });
     }
+}
+
+/* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5) and its shared memory. */
+struct wy_pick {
+    decltype(&wy_fast_kernel<true>) fn;
+    size_t smem;
+};
+wy_pick wy_fast_pick()
+{
+    if (gdn_wy_tiles == 5)
+        return {wy_fast_kernel<false>, 5 * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float)};
+    return {wy_fast_kernel<true>, 4 * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float)};
 }
 
 /* The lean serial kernels of kGdnMmaBf16Smem: one block of kW warps (4 or 8) per (16 kW value
@@ -1720,8 +1747,9 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
                         const float *h0, void *o, float *ht, cudaStream_t st)
 {
     auto sk = state_pick<true>(lean_warps(p));
-    cudaError_t err = cudaFuncSetAttribute(
-        wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
+    wy_pick wy = wy_fast_pick();
+    cudaError_t err =
+        cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     if (err == cudaSuccess)
         err =
             cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);
@@ -1732,7 +1760,7 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     bf16 *A = U + static_cast<size_t>(p.hv) * p.tokens * p.dv;
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     if (plan.nchunks > 0)
-        wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
+        wy.fn<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, wy.smem, st>>>(
             p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A, nullptr);
     if (p.nseq > 0)
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
@@ -2879,8 +2907,9 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
 {
     if (plan.ws_floats * 2 < static_cast<size_t>(p.hv) * p.tokens * kWsBwdFast)
         return cudaErrorInvalidValue;
-    cudaError_t err = cudaFuncSetAttribute(
-        wy_fast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWyFastSmem);
+    wy_pick wy = wy_fast_pick();
+    cudaError_t err =
+        cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     int lw = lean_warps(p);
     auto sk = state_pick<false>(lw);
     serial_kernel<decltype(&dstate_lean_kernel<4>)> dk_{dstate_lean_kernel<4>, 128,
@@ -2914,7 +2943,7 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     if (err != cudaSuccess)
         return err;
     if (plan.nchunks > 0 && !fused) {
-        wy_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kWyFastSmem, st>>>(
+        wy.fn<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, wy.smem, st>>>(
             p, plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
                 sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0,
@@ -2982,17 +3011,20 @@ cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_ho
 }
 
 cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
-                                    gdn_chunk_plan *plan)
+                                    gdn_chunk_plan *plan, bool narrow)
 {
+    static_assert(sizeof(bf16) == 2, "the narrow plan's element");
     cudaError_t err = gdn_chunk_plan_make(p, cu_host, plan);
+    size_t el = narrow ? sizeof(bf16) : sizeof(float);
     size_t nst = static_cast<size_t>(p.hv) * plan->nchunks * p.dk * p.dv;
     size_t nqk = 2 * static_cast<size_t>(p.tokens) * p.hv * p.dk;
+    plan->narrow = narrow;
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->hs, (nst + 1) * sizeof(float));
+        err = cudaMalloc(&plan->hs, (nst + 2) * el);
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->dhs, (nst + 1) * sizeof(float));
+        err = cudaMalloc(&plan->dhs, (nst + 2) * el);
     if (err == cudaSuccess)
-        err = cudaMalloc(&plan->dqk, (nqk + 1) * sizeof(float));
+        err = cudaMalloc(&plan->dqk, (nqk + 2) * el);
     return err;
 }
 
@@ -3047,7 +3079,7 @@ cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
                    ? launch_bwd_fast(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg,
                                      dbeta, dh0, mma, st)
                    : cudaErrorInvalidValue;
-    if (mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3)
+    if ((mma != kGdnMmaBf16 && mma != kGdnMmaTf32x3) || plan.narrow)
         return cudaErrorInvalidValue;
     if (mma == kGdnMmaBf16 && io == kGdnIoBf16)
         return launch_bwd<kGdnMmaBf16, bf16, bf16>(p, plan, q, k, v, g, beta, h0, dout, dht, dq, dk,

@@ -66,11 +66,15 @@ struct gdn_chunk_plan {
     float *hs = nullptr;  /* backward: [hv][nchunks][dk][dv] the state before each chunk */
     float *dhs = nullptr; /* backward: [hv][nchunks][dk][dv] the gradient of the state after */
     float *dqk = nullptr; /* backward: [2][tokens][hv][dk] dq̂ then dk̂ of each value head */
+    bool narrow = false;  /* backward: hs, dhs and dqk sized for BF16 (the staged kernels only) */
 };
 
 /* The lean kernels' warps a block for the benchmark (the plugin leaves it at 0), read at each
  * call: 4 or 8 fixes it; 0 chooses by the problem's size. */
 extern int gdn_lean_warps;
+/* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
+ * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
+extern int gdn_wy_tiles;
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);
 /* Whether kGdnMmaBf16Wg runs its wgmma kernels on the current device (else the fused ones). */
@@ -78,9 +82,11 @@ bool gdn_chunk_wgmma_available();
 /* Builds plan from the host cu_seqlens (NULL: dense) and allocates its device memory. */
 cudaError_t gdn_chunk_plan_make(const gdn_chunk_problem &p, const int32_t *cu_host,
                                 gdn_chunk_plan *plan);
-/* The same, with the backward's buffers (hs, dhs, dqk) too. */
+/* The same, with the backward's buffers (hs, dhs, dqk) too: in FP32, or in BF16 (half the
+ * memory) when narrow is set, for the staged modes only (gdn_chunk_staged); the other modes
+ * refuse a narrow plan. */
 cudaError_t gdn_chunk_plan_make_bwd(const gdn_chunk_problem &p, const int32_t *cu_host,
-                                    gdn_chunk_plan *plan);
+                                    gdn_chunk_plan *plan, bool narrow = false);
 void gdn_chunk_plan_free(gdn_chunk_plan *plan);
 /* o [tokens, hv, dv] and ht [nseq, hv, dk, dv] (may be NULL) from q, k [tokens, h, dk]
  * (already l2-normalized when the op asks for it), v [tokens, hv, dv], g, beta [tokens, hv]

@@ -443,8 +443,11 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
         CHECK_CUDA(cudaMemcpy(dcu, c.cu.data(), c.cu.size() * 4, cudaMemcpyHostToDevice));
     }
     qc::gdn_chunk_problem cp{c.b, c.t, x.T, c.h, c.hv, c.dk, c.dv, x.p.scale, QS_FP32, dcu};
-    qc::gdn_chunk_plan plan;
+    /* the FP32-tile paths take an FP32 plan, the staged ones a BF16 one (the plugin's sizes:
+     * a buffer too small shows as wrong gradients here or under compute-sanitizer) */
+    qc::gdn_chunk_plan plan, narrow;
     CHECK_CUDA(qc::gdn_chunk_plan_make_bwd(cp, x.p.cu_seqlens, &plan));
+    CHECK_CUDA(qc::gdn_chunk_plan_make_bwd(cp, x.p.cu_seqlens, &narrow, true));
     float *g = (float *)dev_copy(x.g, false), *beta = (float *)dev_copy(x.beta, false);
     float *h0 = (float *)dev_copy(x.h0, false), *dht = (float *)dev_copy(x.dht, false);
     float *dg, *db, *dh0;
@@ -476,8 +479,16 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
         for (float *y : {dg, db})
             CHECK_CUDA(cudaMemset(y, 0xff, x.ng * 4));
         CHECK_CUDA(cudaMemset(dh0, 0xff, x.ns * 4));
-        CHECK_CUDA(qc::gdn_chunk_bwd(cp, plan, pa.mma, pa.bf ? qc::kGdnIoBf16 : qc::kGdnIoF32, q, k,
-                                     v, g, beta, h0, dout, dht, dq, dk, dv, dg, db, dh0, 0));
+        bool staged = qc::gdn_chunk_staged(pa.mma);
+        if (!staged && qc::gdn_chunk_bwd(cp, narrow, pa.mma, pa.bf ? qc::kGdnIoBf16 : qc::kGdnIoF32,
+                                         q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg, db, dh0,
+                                         0) != cudaErrorInvalidValue) {
+            printf("check bwd %s: %s accepted a BF16-sized plan  FAIL\n", c.name, kMmaName[pa.mma]);
+            g_fail++;
+        }
+        CHECK_CUDA(qc::gdn_chunk_bwd(cp, staged ? narrow : plan, pa.mma,
+                                     pa.bf ? qc::kGdnIoBf16 : qc::kGdnIoF32, q, k, v, g, beta, h0,
+                                     dout, dht, dq, dk, dv, dg, db, dh0, 0));
         CHECK_CUDA(cudaDeviceSynchronize());
         const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
         std::vector<float> got[6] = {host_copy(dq, x.nqk, pa.bf), host_copy(dk, x.nqk, pa.bf),
@@ -514,6 +525,7 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
     for (float *y : {g, beta, h0, dht, dg, db, dh0})
         cudaFree(y);
     qc::gdn_chunk_plan_free(&plan);
+    qc::gdn_chunk_plan_free(&narrow);
     if (dcu)
         cudaFree(dcu);
 }
@@ -747,6 +759,19 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             CHECK_CUDA(cudaMalloc(&ht_smem, ns * 4));
             CHECK_CUDA(cudaMemcpy(o_smem, o, nv * 2, cudaMemcpyDeviceToDevice));
             CHECK_CUDA(cudaMemcpy(ht_smem, ht, ns * 4, cudaMemcpyDeviceToDevice));
+            /* wy_fast_kernel's five-tile form beside the default four-tile one: same bits */
+            qc::gdn_wy_tiles = 5;
+            double m5 = median_ms(e0, e1, [&] {
+                return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr,
+                                         o, ht, 0);
+            });
+            qc::gdn_wy_tiles = 0;
+            CHECK_CUDA(cudaDeviceSynchronize());
+            unsigned long long od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
+            printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  wy_fast with five "
+                   "tiles; bytes differing from four: o %llu, ht %llu",
+                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m5, od, hd);
+            g_fail += od || hd ? 1 : 0;
         }
         if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && o_smem) {
             unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
@@ -816,8 +841,9 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     CHECK_CUDA(cudaGetLastError());
     float scale = 1.0f / sqrtf((float)D);
     qc::gdn_chunk_problem cp{nseq, seq_t, T, h, hv, D, D, scale, QS_BF16, nullptr};
-    qc::gdn_chunk_plan plan;
+    qc::gdn_chunk_plan plan, narrow; /* FP32-sized for the FP32-tile paths, BF16 for the staged */
     CHECK_CUDA(qc::gdn_chunk_plan_make_bwd(cp, nullptr, &plan));
+    CHECK_CUDA(qc::gdn_chunk_plan_make_bwd(cp, nullptr, &narrow, true));
     double flop = bwd_flop(T, hv, D, D);
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
@@ -826,7 +852,8 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     for (int mma : timed_mmas({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem,
                                qc::kGdnMmaBf16Fused, qc::kGdnMmaBf16Wg})) {
         double med = median_ms(e0, e1, [&] {
-            return qc::gdn_chunk_bwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
+            return qc::gdn_chunk_bwd(cp, qc::gdn_chunk_staged(mma) ? narrow : plan, mma,
+                                     qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
                                      nullptr, dq, dk, dv, dg, db, dh0, 0);
         });
         const bf16 *io[3] = {dq, dk, dv};
@@ -869,6 +896,7 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     for (void *x : keep)
         cudaFree(x);
     qc::gdn_chunk_plan_free(&plan);
+    qc::gdn_chunk_plan_free(&narrow);
     for (void *x : {(void *)q, (void *)k, (void *)v, (void *)dout, (void *)dq, (void *)dk,
                     (void *)dv, (void *)g, (void *)beta, (void *)dg, (void *)db, (void *)dh0})
         cudaFree(x);
