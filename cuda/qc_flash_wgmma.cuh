@@ -566,7 +566,8 @@ __global__ void __launch_bounds__(kThreads, 1)
  * hold the same S bits), run the same online softmax, and each accumulates its half of the
  * 512 output columns, O += P V (two m64n128k16 a k step, P from registers, V with the
  * transpose bit). The next tile's K and V load by cp.async during this one (two buffers);
- * three block barriers a tile (landed; partial sums written; buffers and exchange free).
+ * two block barriers a tile (this tile landed, the last one's buffer and the exchange free;
+ * the partial sums written).
  * Shared memory: Q 72 KiB, two K tiles 72 KiB, two V tiles 64 KiB, exchange 16 KiB. */
 constexpr int kMlaRows = 64, kMlaBN = 32, kMlaKD = 576, kMlaDV = 512;
 constexpr int kMlaNB = kMlaBN / 8;     /* 8-key blocks of a tile */
@@ -694,14 +695,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     float *mine = xch + wgi * kMlaXch, *twin = xch + (1 - wgi) * kMlaXch;
     for (int it = 0; it < ntile; it++) {
         int j0 = it * BN, b = it & 1;
-        if (it + 1 < ntile) {
-            load(it + 1); /* into the buffer the last iteration's barrier freed */
-            cp_wait_n<1>();
-        } else {
-            cp_wait_n<0>();
-        }
+        cp_wait_n<0>();
         fence_async_smem();
-        __syncthreads(); /* tile it (and Q) have landed, every thread's copies */
+        /* tile it (and Q) have landed, every thread's copies; every thread is done with tile
+         * it - 1 (its buffer and the exchange) */
+        __syncthreads();
+        if (it + 1 < ntile)
+            load(it + 1);
         wg_fence();
         qk32_issue<T, kMlaKS>(x, sq, sk + b * (BN * KD), wgi * kMlaKS);
         wg_wait<0>();
@@ -733,7 +733,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         keep<BN / 16>(ph);
         if constexpr (kSplit)
             keep<BN / 16>(pl);
-        __syncthreads(); /* buffer b and the exchange are free */
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -895,6 +894,7 @@ template <typename T> __global__ void __launch_bounds__(128) test_rs32(const flo
             x[nb][e] = p[(warp * 16 + gr + (e >> 1) * 8) * 32 + nb * 8 + 2 * tq + (e & 1)];
     uint32_t ph[2][4], pl[1][4];
     to_a<T, kMlaNB, false>(x, ph, pl);
+#pragma unroll
     for (int half = 0; half < 2; half++) {
 #pragma unroll
         for (int nb = 0; nb < kMlaDV / 16; nb++)
