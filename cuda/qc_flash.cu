@@ -5,10 +5,11 @@
  * evaluation order than the reference's, so each request claims a tolerance
  * ([CASE-PLUGIN-REF], [ATTN-TOL]). The backward recomputes lse with the forward kernel
  * (the slot carries no lse) and forms D from the rounded o it is given.
- * The forward runs the Hopper wgmma kernel (cuda/qc_flash_wgmma.cuh) when the request fits
- * it (d <= 192, dv <= 128, both multiples of 8, a positive scale) on a device of compute
- * capability 9.0, unless QSPEC_CUDA_FLASH_WGMMA=0 (then, and for every other request, the
- * mma.sync kernels of cuda/qc_flash.cuh). */
+ * The forward runs a Hopper wgmma kernel (cuda/qc_flash_wgmma.cuh) when the request fits
+ * one (d <= 192, dv <= 128, or the absorbed-MLA class d <= 576, dv <= 512; both multiples of
+ * 8, a positive scale) on a device of compute capability 9.0, unless
+ * QSPEC_CUDA_FLASH_WGMMA=0 (then, and for every other request, the mma.sync kernels of
+ * cuda/qc_flash.cuh). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

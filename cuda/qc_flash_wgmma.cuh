@@ -1,6 +1,7 @@
 /* qc_flash_wgmma.cuh: the flash forward of spec/attention.md [ATTN-FWD], [ATTN-LSE] on Hopper
  * warpgroup tensor-core instructions (wgmma.mma_async, sm_90a), for BF16 and FP16 requests
- * with d_qk <= 192, d_v <= 128 (classes 64/64, 128/128, 192/128), d and dv multiples of 8.
+ * with d_qk <= 192, d_v <= 128 (classes 64/64, 128/128, 192/128), d and dv multiples of 8;
+ * and d_qk <= 576, d_v <= 512 (class 3, absorbed MLA) by fwd_mla_kernel (its own section).
  * Same outputs and conventions as fl::fwd_kernel of cuda/qc_flash.cuh (o rounded to the
  * dtype and stored as FP32, lse = m + log l in natural-log units, rows with no key untouched),
  * same addressing (fl::geo: sbhd, bshd, thd with padded offsets, GQA, top-left causal).
@@ -318,6 +319,57 @@ __device__ __forceinline__ void pv_issue(float (*acc)[4], const uint32_t (*hi)[4
 }
 #endif /* QC_WGMMA */
 
+/* The online softmax of a tile of scores x (a warp's 16 rows x 8 NB keys from key j0, in the
+ * accumulator layout; this thread's rows row0 and row0 + 8, the warp's first row wrow), in
+ * place into probabilities: masked past lk and (causal) past the row, exp2 of fma(s, scale
+ * log2 e, -m) against the running maximum m (scaled log2 units), l (this thread's part of
+ * the row sum) and alpha (the factor of the accumulator) updated. */
+template <int NB>
+__device__ __forceinline__ void tile_softmax(float (*x)[4], float *m, float *l, float *alpha,
+                                             float sl2, int j0, int lk, bool causal, int row0,
+                                             int wrow)
+{
+    int tq = threadIdx.x & 3;
+    if (j0 + 8 * NB > lk || (causal && j0 + 8 * NB - 1 > wrow)) {
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
+                if (!(key < lk && (!causal || key <= row)))
+                    x[nb][e] = -INFINITY;
+            }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            mx[e >> 1] = fmaxf(mx[e >> 1], x[nb][e]);
+    float nbase[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        float mn = fmaxf(m[r], mx[r] * sl2); /* sl2 > 0: the max of the scaled scores */
+        float b = mn == -INFINITY ? 0.0f : mn;
+        alpha[r] = ex2(m[r] - b);
+        nbase[r] = -b;
+        m[r] = mn;
+    }
+    float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            x[nb][e] = ex2(__fmaf_rn(x[nb][e], sl2, nbase[e >> 1]));
+            ps[e >> 1] += x[nb][e];
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        l[r] = __fmaf_rn(l[r], alpha[r], ps[r]); /* this thread's part; summed at the end */
+}
+
 /* The shared memory of the forward: Q, two K and two V tiles, 8 mbarriers, and 1024 bytes of
  * alignment. */
 template <int KD, int DV> constexpr size_t fwd_smem()
@@ -403,44 +455,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* x (S_j) -> probabilities in place, with the row statistics m, l and alpha (the factor
      * of the accumulator, applied by the caller) */
     auto softmax = [&](int j0, float *alpha) {
-        if (j0 + kBN > lk || (causal && j0 + kBN - 1 > wrow)) {
-#pragma unroll
-            for (int nb = 0; nb < kBN / 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
-                    if (!(key < lk && (!causal || key <= row)))
-                        x[nb][e] = -INFINITY;
-                }
-        }
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nb = 0; nb < kBN / 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                mx[e >> 1] = fmaxf(mx[e >> 1], x[nb][e]);
-        float nbase[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mn = fmaxf(m[r], mx[r] * sl2); /* sl2 > 0: the max of the scaled scores */
-            float b = mn == -INFINITY ? 0.0f : mn;
-            alpha[r] = ex2(m[r] - b);
-            nbase[r] = -b;
-            m[r] = mn;
-        }
-        float ps[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int nb = 0; nb < kBN / 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                x[nb][e] = ex2(__fmaf_rn(x[nb][e], sl2, nbase[e >> 1]));
-                ps[e >> 1] += x[nb][e];
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            l[r] = __fmaf_rn(l[r], alpha[r], ps[r]); /* this thread's part; summed at the end */
+        tile_softmax<kBN / 8>(x, m, l, alpha, sl2, j0, lk, causal, row0, wrow);
     };
     auto rescale = [&](const float *alpha) {
 #pragma unroll
@@ -542,6 +557,212 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+/* ------------------------------------------------------------ the absorbed-MLA class */
+/* d_qk <= 576, d_v <= 512 (class 3; absorbed MLA: 576 = 512 latent + 64 rope, one KV head
+ * shared by every query head). A block is two warpgroups and owns 64 query rows of one head;
+ * the key/value tiles are 32 keys. Per tile both warpgroups compute S over half of the head
+ * dim each (m64n32k16, 18 k steps, Q and K from shared memory), exchange the partial sums
+ * through shared memory (every thread adds its own and its twin's in the same order, so both
+ * hold the same S bits), run the same online softmax, and each accumulates its half of the
+ * 512 output columns, O += P V (two m64n128k16 a k step, P from registers, V with the
+ * transpose bit). The next tile's K and V load by cp.async during this one (two buffers);
+ * two block barriers a tile (this tile landed, the last one's buffer and the exchange free;
+ * the partial sums written).
+ * Shared memory: Q 72 KiB, two K tiles 72 KiB, two V tiles 64 KiB, exchange 16 KiB. */
+constexpr int kMlaRows = 64, kMlaBN = 32, kMlaKD = 576, kMlaDV = 512;
+constexpr int kMlaNB = kMlaBN / 8;     /* 8-key blocks of a tile */
+constexpr int kMlaKS = kMlaKD / 32;    /* k steps of S a warpgroup: 18 */
+constexpr int kMlaXch = kMlaNB * 4 * 128; /* floats of one warpgroup's partial S */
+constexpr size_t mla_smem()
+{
+    return (size_t)(kMlaRows * kMlaKD + 2 * kMlaBN * kMlaKD + 2 * kMlaBN * kMlaDV) * 2 +
+           2 * kMlaXch * sizeof(float) + 1024;
+}
+static_assert(mla_smem() <= 227 * 1024, "the absorbed-MLA forward's shared memory");
+
+#if QC_WGMMA
+#define QC_WG_D16 "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),      \
+        "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), \
+        "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+/* m64n32k16, A and B from shared memory, both K-major. */
+#define QC_WG_SS_N32(TY)                                                                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                     \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                       \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "        \
+                 "%16, %17, p, 1, 1, 0, 0;\n"                                                      \
+                 "}\n"                                                                             \
+                 : QC_WG_D16                                                                       \
+                 : "l"(da), "l"(db), "r"(scale_d))
+__device__ __forceinline__ void mma_ss_n32_bf16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    QC_WG_SS_N32("bf16");
+}
+__device__ __forceinline__ void mma_ss_n32_f16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    QC_WG_SS_N32("f16");
+}
+#undef QC_WG_D16
+#undef QC_WG_SS_N32
+template <typename T>
+__device__ __forceinline__ void mma_ss32(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    if constexpr (std::is_same<T, __half>::value)
+        mma_ss_n32_f16(d, da, db, scale_d);
+    else
+        mma_ss_n32_bf16(d, da, db, scale_d);
+}
+
+/* x[4][4] = A B^T over the k steps [k0, k0 + KS): A the 64 rows of a swizzled tile of 64
+ * rows, B a swizzled tile of 32 rows (keys). Issued and committed, not waited for. */
+template <typename T, int KS>
+__device__ __forceinline__ void qk32_issue(float (*x)[4], const T *sa, const T *sb, int k0)
+{
+#pragma unroll
+    for (int i = 0; i < KS; i++) {
+        int kk = k0 + i;
+        uint64_t da = desc(sa + (kk >> 2) * (kMlaRows * 64) + (kk & 3) * 16, 16, 1024);
+        uint64_t db = desc(sb + (kk >> 2) * (kMlaBN * 64) + (kk & 3) * 16, 16, 1024);
+        mma_ss32<T>(x, da, db, i > 0);
+    }
+    wg_commit();
+}
+
+/* acc[16 NH][4] += P V over the 32 keys of a tile: P as A fragments (two k steps), V the
+ * columns [c0, c0 + 128 NH) of a swizzled tile of 32 rows, 128 columns a wgmma. Issued and
+ * committed, not waited for. */
+template <typename T, int NH, bool kSplit>
+__device__ __forceinline__ void pv32_issue(float (*acc)[4], const uint32_t (*hi)[4],
+                                           const uint32_t (*lo)[4], const T *sv, int c0)
+{
+#pragma unroll
+    for (int kk = 0; kk < kMlaBN / 16; kk++)
+#pragma unroll
+        for (int h = 0; h < NH; h++) {
+            uint64_t db =
+                desc(sv + (c0 / 64 + 2 * h) * (kMlaBN * 64) + kk * 16 * 64, kMlaBN * 128, 1024);
+            mma_rs<T, 128>(acc + 16 * h, hi[kk], db, 1);
+            if (kSplit)
+                mma_rs<T, 128>(acc + 16 * h, lo[kk], db, 1);
+        }
+    wg_commit();
+}
+#endif /* QC_WGMMA */
+
+/* [ATTN-FWD], [ATTN-LSE] of class 3: block (query tile of 64 rows, head, sequence). */
+template <typename T, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1)
+    fwd_mla_kernel(geo g, const T *q, const T *k, const T *v, float *o, float *lse)
+{
+#if QC_WGMMA
+    constexpr int KD = kMlaKD, DV = kMlaDV, BN = kMlaBN, NB = kMlaNB, HALF = DV / 2;
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sq = align1k<T>(smraw), *sk = sq + kMlaRows * KD, *sv = sk + 2 * BN * KD;
+    float *xch = reinterpret_cast<float *>(sv + 2 * BN * DV); /* [2][16][128] */
+    int s = blockIdx.z, hh = blockIdx.y;
+    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
+    int qt = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; /* the longest rows first */
+    int i0 = qt * kMlaRows, lq = g.len(0, s), lk = g.len(1, s);
+    if (i0 >= lq || lk == 0)
+        return; /* [ATTN-EMPTY-ROW] rows keep o 0, lse -inf */
+    int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    int tq = lane & 3;
+    int hk = hh / (g.h / g.hkv);
+    int64_t ts = g.tstride();
+    const T *qg = q + (g.base(0, s) * g.h + hh) * g.d;
+    const T *kg = k + (g.base(1, s) * g.hkv + hk) * g.d;
+    const T *vg = v + (g.base(1, s) * g.hkv + hk) * g.dv;
+    int64_t krs = ts * g.hkv * g.d, vrs = ts * g.hkv * g.dv;
+    load_sw<T, kMlaRows, KD, kThreads>(sq, qg, ts * g.h * g.d, i0, lq - i0, g.d, tid);
+    int kend = causal ? min(lk, i0 + kMlaRows) : lk;
+    int ntile = (kend + BN - 1) / BN;
+    auto load = [&](int it) { /* tile it into buffer it & 1, one commit group */
+        int j = it * BN, b = it & 1;
+        load_sw<T, BN, KD, kThreads>(sk + b * (BN * KD), kg, krs, j, lk - j, g.d, tid);
+        load_sw<T, BN, DV, kThreads>(sv + b * (BN * DV), vg, vrs, j, lk - j, g.dv, tid);
+        cp_commit();
+    };
+    load(0); /* with Q */
+    float sl2 = g.scale * kLog2e;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float acc[HALF / 8][4]; /* this warpgroup's 256 output columns */
+#pragma unroll
+    for (int nb = 0; nb < HALF / 8; nb++)
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    int wrow = i0 + warp * 16; /* both warpgroups hold all 64 rows, a warp 16 of them */
+    int row0 = wrow + (lane >> 2);
+    float x[NB][4], alpha[2];
+    uint32_t ph[BN / 16][4], pl[kSplit ? BN / 16 : 1][4];
+    float *mine = xch + wgi * kMlaXch, *twin = xch + (1 - wgi) * kMlaXch;
+    for (int it = 0; it < ntile; it++) {
+        int j0 = it * BN, b = it & 1;
+        cp_wait_n<0>();
+        fence_async_smem();
+        /* tile it (and Q) have landed, every thread's copies; every thread is done with tile
+         * it - 1 (its buffer and the exchange) */
+        __syncthreads();
+        if (it + 1 < ntile)
+            load(it + 1);
+        wg_fence();
+        qk32_issue<T, kMlaKS>(x, sq, sk + b * (BN * KD), wgi * kMlaKS);
+        wg_wait<0>();
+        keep<NB>(x);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                mine[(nb * 4 + e) * 128 + t] = x[nb][e];
+        __syncthreads(); /* both partial sums are written */
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) { /* S = S_0 + S_1 in both warpgroups */
+                float y = twin[(nb * 4 + e) * 128 + t];
+                x[nb][e] = wgi == 0 ? __fadd_rn(x[nb][e], y) : __fadd_rn(y, x[nb][e]);
+            }
+        tile_softmax<NB>(x, m, l, alpha, sl2, j0, lk, causal, row0, wrow);
+#pragma unroll
+        for (int nb = 0; nb < HALF / 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[nb][e] *= alpha[e >> 1];
+        to_a<T, NB, kSplit>(x, ph, pl);
+        wg_fence();
+        pv32_issue<T, HALF / 128, kSplit>(acc, ph, pl, sv + b * (BN * DV), wgi * HALF);
+        wg_wait<0>();
+        keep<HALF / 8>(acc);
+        keep<BN / 16>(ph);
+        if constexpr (kSplit)
+            keep<BN / 16>(pl);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = row0 + r * 8;
+        if (row >= lq)
+            continue;
+        int64_t orow = (g.base(0, s) + row * ts) * g.h + hh;
+        float inv = 1.0f / l[r];
+        float *orp = o + orow * g.dv;
+#pragma unroll
+        for (int nb = 0; nb < HALF / 8; nb++) {
+            int col = wgi * HALF + nb * 8 + 2 * tq;
+            if (col < g.dv) /* dv is even: col + 1 < dv too */
+                *reinterpret_cast<float2 *>(orp + col) = make_float2(
+                    ops<T>::round(acc[nb][2 * r] * inv), ops<T>::round(acc[nb][2 * r + 1] * inv));
+        }
+        if (lse && wgi == 0 && tq == 0)
+            lse[orow] = (m[r] + log2f(l[r])) * 0.69314718055994531f;
+    }
+#else
+    (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse;
+    __trap();
+#endif
+}
+
 /* ------------------------------------------------------------ self-tests (attn_bench) */
 
 /* d[64][128] = a[64][k] b[128][k]^T over k < 16 KS (a, b row-major with 128 columns): one
@@ -618,6 +839,84 @@ template <typename T, int N> __global__ void __launch_bounds__(128) test_rs(cons
 #endif
 }
 
+/* d[64][32] = a[64][576] b[32][576]^T (row-major): the class-3 tiles (9 panels; B of 32 rows)
+ * through load_sw and qk32_issue, the two halves of the k steps accumulated in turn. */
+template <typename T> __global__ void __launch_bounds__(128) test_ss32(const T *a, const T *b, float *d)
+{
+#if QC_WGMMA
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sa = align1k<T>(smraw), *sb = sa + kMlaRows * kMlaKD;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, tq = lane & 3;
+    load_sw<T, kMlaRows, kMlaKD, 128>(sa, a, kMlaKD, 0, 64, kMlaKD, tid);
+    load_sw<T, kMlaBN, kMlaKD, 128>(sb, b, kMlaKD, 0, 32, kMlaKD, tid);
+    cp_commit();
+    cp_wait_n<0>();
+    fence_async_smem();
+    __syncthreads();
+    float x[kMlaNB][4], y[kMlaNB][4];
+    wg_fence();
+    qk32_issue<T, kMlaKS>(x, sa, sb, 0);
+    qk32_issue<T, kMlaKS>(y, sa, sb, kMlaKS);
+    wg_wait<0>();
+    keep<kMlaNB>(x);
+    keep<kMlaNB>(y);
+#pragma unroll
+    for (int nb = 0; nb < kMlaNB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            d[(warp * 16 + gr + (e >> 1) * 8) * 32 + nb * 8 + 2 * tq + (e & 1)] =
+                x[nb][e] + y[nb][e];
+#else
+    (void)a, (void)b, (void)d;
+    __trap();
+#endif
+}
+
+/* d[64][512] = p[64][32] v[32][512] (row-major): P rounded to T into A fragments, V a
+ * class-3 tile of 32 rows through load_sw, the product through pv32_issue for both halves of
+ * the columns (kSplit off). */
+template <typename T> __global__ void __launch_bounds__(128) test_rs32(const float *p, const T *v, float *d)
+{
+#if QC_WGMMA
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sv = align1k<T>(smraw);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, tq = lane & 3;
+    load_sw<T, kMlaBN, kMlaDV, 128>(sv, v, kMlaDV, 0, 32, kMlaDV, tid);
+    cp_commit();
+    cp_wait_n<0>();
+    fence_async_smem();
+    __syncthreads();
+    float x[kMlaNB][4], acc[kMlaDV / 16][4];
+#pragma unroll
+    for (int nb = 0; nb < kMlaNB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            x[nb][e] = p[(warp * 16 + gr + (e >> 1) * 8) * 32 + nb * 8 + 2 * tq + (e & 1)];
+    uint32_t ph[2][4], pl[1][4];
+    to_a<T, kMlaNB, false>(x, ph, pl);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+#pragma unroll
+        for (int nb = 0; nb < kMlaDV / 16; nb++)
+            acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+        wg_fence();
+        pv32_issue<T, 2, false>(acc, ph, pl, sv, half * 256);
+        wg_wait<0>();
+        keep<kMlaDV / 16>(acc);
+        keep<2>(ph);
+#pragma unroll
+        for (int nb = 0; nb < kMlaDV / 16; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                d[(warp * 16 + gr + (e >> 1) * 8) * kMlaDV + half * 256 + nb * 8 + 2 * tq +
+                  (e & 1)] = acc[nb][e];
+    }
+#else
+    (void)p, (void)v, (void)d;
+    __trap();
+#endif
+}
+
 template <int N> __global__ void probe_kernel(int *f) /* a template: no duplicate symbol */
 {
     *f = QC_WGMMA;
@@ -660,7 +959,7 @@ inline bool available()
     return known[dev] == 1;
 }
 
-/* The class of (d, dv) (0: 64/64, 1: 128/128, 2: 192/128), or -1 when none fits or the
+/* The class of (d, dv) (0: 64/64, 1: 128/128, 2: 192/128, 3: 576/512), or -1 when none fits or the
  * request is outside what the kernels do (d, dv multiples of 8; a positive scale). */
 inline int wg_class(int d, int dv, float scale)
 {
@@ -672,6 +971,8 @@ inline int wg_class(int d, int dv, float scale)
         return 1;
     if (d <= 192 && dv <= 128)
         return 2;
+    if (d <= kMlaKD && dv <= kMlaDV)
+        return 3;
     return -1;
 }
 
@@ -691,6 +992,22 @@ cudaError_t fwd_launch(const geo &g, int maxq, const T *q, const T *k, const T *
     return cudaGetLastError();
 }
 
+/* As fwd_launch, class 3 (fwd_mla_kernel). */
+template <typename T, bool kSplit>
+cudaError_t fwd_mla_launch(const geo &g, int maxq, const T *q, const T *k, const T *v, float *o,
+                           float *lse, cudaStream_t st)
+{
+    auto kern = fwd_mla_kernel<T, kSplit>;
+    size_t sm = mla_smem();
+    cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess || maxq <= 0 || g.b <= 0)
+        return e;
+    dim3 grid((maxq + kMlaRows - 1) / kMlaRows, g.h, g.b);
+    kern<<<grid, kThreads, sm, st>>>(g, q, k, v, o, lse);
+    return cudaGetLastError();
+}
+
 /* The same by class (wg_class). */
 template <typename T, bool kSplit>
 cudaError_t fwd_launch_class(int c, const geo &g, int maxq, const T *q, const T *k, const T *v,
@@ -703,6 +1020,8 @@ cudaError_t fwd_launch_class(int c, const geo &g, int maxq, const T *q, const T 
         return fwd_launch<T, 128, 128, kSplit>(g, maxq, q, k, v, o, lse, st);
     case 2:
         return fwd_launch<T, 192, 128, kSplit>(g, maxq, q, k, v, o, lse, st);
+    case 3:
+        return fwd_mla_launch<T, kSplit>(g, maxq, q, k, v, o, lse, st);
     default:
         return cudaErrorInvalidValue;
     }

@@ -324,6 +324,62 @@ template <typename T, int N> bool selftest_rs()
     return report(what, got, want, tol, 64, N);
 }
 
+/* Layers 1 and 2 for class 3 (absorbed MLA): S = A B^T (64 x 32, k = 576, in two halves of
+ * the k steps) and O = P V (64 x 512, k = 32) on its tiles, against FP64 products. */
+template <typename T> bool selftest_mla()
+{
+    qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
+    const int KD = 576, DV = 512;
+    auto a = randn(64 * KD, dt), b = randn(32 * KD, dt), p = randn(64 * 32, dt),
+         v = randn(32 * DV, dt);
+    std::vector<double> want_s(64 * 32), tol_s(64 * 32), want_o(64 * DV), tol_o(64 * DV);
+    for (int i = 0; i < 64; i++) {
+        for (int j = 0; j < 32; j++) {
+            double sum = 0, mag = 0;
+            for (int kk = 0; kk < KD; kk++) {
+                sum += (double)a[i * KD + kk] * b[j * KD + kk];
+                mag += fabs((double)a[i * KD + kk] * b[j * KD + kk]);
+            }
+            want_s[i * 32 + j] = sum;
+            tol_s[i * 32 + j] = 1e-5 * mag + 1e-6;
+        }
+        for (int j = 0; j < DV; j++) {
+            double sum = 0, mag = 0;
+            for (int kk = 0; kk < 32; kk++) {
+                sum += (double)p[i * 32 + kk] * v[kk * DV + j];
+                mag += fabs((double)p[i * 32 + kk] * v[kk * DV + j]);
+            }
+            want_o[i * DV + j] = sum;
+            tol_o[i * DV + j] = 1e-5 * mag + 1e-6;
+        }
+    }
+    T *da = dup(to_t<T>(a)), *db = dup(to_t<T>(b)), *dv = dup(to_t<T>(v));
+    float *dp = dup(p), *ds = dalloc<float>(64 * 32), *dout = dalloc<float>(64 * DV);
+    BENCH_CHECK(cudaMemset(ds, 0xFF, 64 * 32 * sizeof(float))); /* NaN: unwritten shows */
+    BENCH_CHECK(cudaMemset(dout, 0xFF, 64 * DV * sizeof(float)));
+    size_t sm_s = (64 * KD + 32 * KD) * 2 + 1024, sm_o = 32 * DV * 2 + 1024;
+    BENCH_CHECK(cudaFuncSetAttribute(qc::fl::wg::test_ss32<T>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_s));
+    BENCH_CHECK(cudaFuncSetAttribute(qc::fl::wg::test_rs32<T>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_o));
+    qc::fl::wg::test_ss32<T><<<1, 128, sm_s>>>(da, db, ds);
+    BENCH_CHECK(cudaGetLastError());
+    qc::fl::wg::test_rs32<T><<<1, 128, sm_o>>>(dp, dv, dout);
+    BENCH_CHECK(cudaGetLastError());
+    BENCH_CHECK(cudaDeviceSynchronize());
+    std::vector<float> got_s(64 * 32), got_o(64 * DV);
+    BENCH_CHECK(cudaMemcpy(got_s.data(), ds, got_s.size() * 4, cudaMemcpyDeviceToHost));
+    BENCH_CHECK(cudaMemcpy(got_o.data(), dout, got_o.size() * 4, cudaMemcpyDeviceToHost));
+    char what[96];
+    snprintf(what, sizeof what, "1 mla smem x smem 64x32x576 %s", tname<T>());
+    bool ok = report(what, got_s, want_s, tol_s, 64, 32);
+    snprintf(what, sizeof what, "2 mla regs x smem(V, transposed) 64x512x32 %s", tname<T>());
+    ok &= report(what, got_o, want_o, tol_o, 64, DV);
+    for (void *x : {(void *)da, (void *)db, (void *)dv, (void *)dp, (void *)ds, (void *)dout})
+        cudaFree(x);
+    return ok;
+}
+
 /* Layer 3: the forward of the plugin's flash path with the wgmma kernel and with the
  * mma.sync kernels (QSPEC_CUDA_FLASH_WGMMA=0), each against the reference-order slot. */
 void check_wgmma_case(const small_case &c, qs_dtype dt)
@@ -388,6 +444,15 @@ void check_wgmma_all()
         {"bshd causal 192/128 s300", B, C, 1, 300, 300, 2, 2, 192, 128, {}, {}},
         {"thd none 192/128 100,250", T, N, 2, 350, 350, 2, 2, 192, 128, {0, 100, 350},
          {0, 100, 350}},
+        {"bshd causal mla 576/512 mqa h4/1 s200", B, C, 1, 200, 200, 4, 1, 576, 512, {}, {}},
+        {"sbhd causal 576/512 sq100 sk170 h2/2", S, C, 2, 100, 170, 2, 2, 576, 512, {}, {}},
+        {"thd none mla 576/512 h3/1 70,0,61", T, N, 3, 131, 131, 3, 1, 576, 512,
+         {0, 70, 70, 131}, {0, 70, 70, 131}},
+        {"bshd none 320/256 sq90 sk33", B, N, 1, 90, 33, 2, 1, 320, 256, {}, {}},
+        {"sbhd causal 576/512 sq170 sk100 gqa h4/2", S, C, 1, 170, 100, 4, 2, 576, 512, {}, {}},
+        {"bshd causal 200/136 s150", B, C, 2, 150, 150, 2, 2, 200, 136, {}, {}},
+        {"thd none mla 576/512 h2/1 q 40,90 kv 130,7", T, N, 2, 130, 137, 2, 1, 576, 512,
+         {0, 40, 130}, {0, 130, 137}},
     };
     for (const auto &c : cs)
         for (qs_dtype dt : {QS_BF16, QS_FP16})
@@ -411,6 +476,8 @@ void wgmma_selftest()
     ok &= selftest_rs<__half, 128>();
     ok &= selftest_rs<__nv_bfloat16, 64>();
     ok &= selftest_rs<__half, 64>();
+    ok &= selftest_mla<__nv_bfloat16>();
+    ok &= selftest_mla<__half>();
     if (!ok) {
         printf("selftest layers 1-2 failing: the forward (layer 3) is not run\n");
         g_fail++;
