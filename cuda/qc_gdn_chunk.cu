@@ -698,19 +698,27 @@ __device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf1
 
 /* kLateV: V is fetched into T's tile once Tw and Tu are formed, while W = Tw K is computed, so
  * the kernel holds four tiles (three blocks an SM) instead of five (two); the same products in
- * the same order either way. */
+ * the same order either way. Shared memory: the tiles K, Q, (V,) L, T, then G and beta. */
+__host__ __device__ constexpr int wy_tiles(bool late_v)
+{
+    return late_v ? 4 : 5;
+}
+constexpr size_t wy_smem(bool late_v)
+{
+    return wy_tiles(late_v) * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float);
+}
 template <bool kLateV>
 __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
     wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
                    const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
                    bf16 *Tout)
 {
-    constexpr int kT = kLateV ? 4 : 5; /* FP32-sized tiles */
+    constexpr int kT = wy_tiles(kLateV);
     extern __shared__ __align__(16) unsigned char smb[];
     bf16 *Kh = reinterpret_cast<bf16 *>(smb), *Qh = reinterpret_cast<bf16 *>(smb + kTileH);
     float *Lf = reinterpret_cast<float *>(smb + (kT - 2) * kTileH);
     float *Tf = reinterpret_cast<float *>(smb + (kT - 1) * kTileH);
-    bf16 *Vh = reinterpret_cast<bf16 *>(kLateV ? smb + 3 * kTileH : smb + 2 * kTileH);
+    bf16 *Vh = kLateV ? reinterpret_cast<bf16 *>(Tf) : reinterpret_cast<bf16 *>(smb + 2 * kTileH);
     float *Pf = reinterpret_cast<float *>(Qh);         /* the solve's scratch, once Q is used */
     bf16 *Tw = Qh, *Tu = reinterpret_cast<bf16 *>(Lf); /* after the solve */
     float *G = reinterpret_cast<float *>(smb + kT * kTileH), *Bt = G + kC;
@@ -780,9 +788,9 @@ struct wy_pick {
 };
 wy_pick wy_fast_pick()
 {
-    if (gdn_wy_tiles == 5)
-        return {wy_fast_kernel<false>, 5 * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float)};
-    return {wy_fast_kernel<true>, 4 * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float)};
+    if (gdn_wy_tiles == wy_tiles(false))
+        return {wy_fast_kernel<false>, wy_smem(false)};
+    return {wy_fast_kernel<true>, wy_smem(true)};
 }
 
 /* The lean serial kernels of kGdnMmaBf16Smem: one block of kW warps (4 or 8) per (16 kW value

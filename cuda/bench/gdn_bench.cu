@@ -479,16 +479,16 @@ void check_bwd_one(qs_ctx *ctx, const check_case &c)
         for (float *y : {dg, db})
             CHECK_CUDA(cudaMemset(y, 0xff, x.ng * 4));
         CHECK_CUDA(cudaMemset(dh0, 0xff, x.ns * 4));
+        auto bwd = [&](const qc::gdn_chunk_plan &pl) {
+            return qc::gdn_chunk_bwd(cp, pl, pa.mma, pa.bf ? qc::kGdnIoBf16 : qc::kGdnIoF32, q, k,
+                                     v, g, beta, h0, dout, dht, dq, dk, dv, dg, db, dh0, 0);
+        };
         bool staged = qc::gdn_chunk_staged(pa.mma);
-        if (!staged && qc::gdn_chunk_bwd(cp, narrow, pa.mma, pa.bf ? qc::kGdnIoBf16 : qc::kGdnIoF32,
-                                         q, k, v, g, beta, h0, dout, dht, dq, dk, dv, dg, db, dh0,
-                                         0) != cudaErrorInvalidValue) {
+        if (!staged && bwd(narrow) != cudaErrorInvalidValue) {
             printf("check bwd %s: %s accepted a BF16-sized plan  FAIL\n", c.name, kMmaName[pa.mma]);
             g_fail++;
         }
-        CHECK_CUDA(qc::gdn_chunk_bwd(cp, staged ? narrow : plan, pa.mma,
-                                     pa.bf ? qc::kGdnIoBf16 : qc::kGdnIoF32, q, k, v, g, beta, h0,
-                                     dout, dht, dq, dk, dv, dg, db, dh0, 0));
+        CHECK_CUDA(bwd(staged ? narrow : plan));
         CHECK_CUDA(cudaDeviceSynchronize());
         const char *nm[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
         std::vector<float> got[6] = {host_copy(dq, x.nqk, pa.bf), host_copy(dk, x.nqk, pa.bf),
@@ -744,10 +744,11 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     float *ht_smem = nullptr;
     for (int mma : timed_mmas({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem,
                                qc::kGdnMmaBf16Fused, qc::kGdnMmaBf16Wg})) {
-        double med = median_ms(e0, e1, [&] {
+        auto fwd = [&] {
             return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr, o,
                                      ht, 0);
-        });
+        };
+        double med = median_ms(e0, e1, fwd);
         bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
         CHECK_CUDA(cudaDeviceSynchronize());
         printf("time gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  %6.1f TFLOP/s  o rrms "
@@ -761,10 +762,7 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             CHECK_CUDA(cudaMemcpy(ht_smem, ht, ns * 4, cudaMemcpyDeviceToDevice));
             /* wy_fast_kernel's five-tile form beside the default four-tile one: same bits */
             qc::gdn_wy_tiles = 5;
-            double m5 = median_ms(e0, e1, [&] {
-                return qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoBf16, q, k, v, g, beta, nullptr,
-                                         o, ht, 0);
-            });
+            double m5 = median_ms(e0, e1, fwd);
             qc::gdn_wy_tiles = 0;
             CHECK_CUDA(cudaDeviceSynchronize());
             unsigned long long od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
