@@ -70,14 +70,17 @@ qs_status qs_shape_numel(qs_ctx *ctx, int ndim, const int64_t *shape, size_t *nu
         return qs_ctx_error(ctx, QS_ERR_SHAPE, "ndim %d is outside 0..%d", ndim, QS_MAX_DIMS);
     if (ndim > 0 && !shape)
         return qs_ctx_error(ctx, QS_ERR_INVALID_ARG, "shape is NULL");
-    size_t n = 1;
+    /* ext: the product with each 0 counted as 1, the extent the strides span (an empty
+     * tensor's strides are still the products of the other dimensions), bounded as numel is */
+    size_t n = 1, ext = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0)
             return qs_ctx_error(ctx, QS_ERR_SHAPE, "shape[%d] = %lld is negative", d,
                                 (long long)shape[d]);
         uint64_t e = (uint64_t)shape[d];
-        if (e != 0 && n > (SIZE_MAX / 16) / e)
+        if (e != 0 && ext > (SIZE_MAX / 16) / e)
             return qs_ctx_error(ctx, QS_ERR_SHAPE, "shape overflows: dimension %d", d);
+        ext *= e != 0 ? (size_t)e : 1;
         n *= (size_t)e;
     }
     *numel = n;

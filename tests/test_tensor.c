@@ -91,6 +91,17 @@ START_TEST(test_alloc_rejects_bad_arguments_with_a_message)
     int64_t huge[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 4};
     ck_assert_int_eq(qs_tensor_alloc(ctx, &t, QS_FP32, 3, huge), QS_ERR_SHAPE);
     ck_assert_ptr_null(t.data);
+    /* empty, but its strides (the products of the other dimensions) would overflow: the
+     * .npy header the fuzzer found, (109951, 16, 7776, 0, 99511627776) */
+    int64_t empty_huge[5] = {109951, 16, 7776, 0, INT64_C(99511627776)};
+    ck_assert_int_eq(qs_tensor_alloc(ctx, &t, QS_FP32, 5, empty_huge), QS_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(qs_ctx_errmsg(ctx), "shape overflows: dimension 4"));
+    ck_assert_ptr_null(t.data);
+    int64_t empty_ok[3] = {1000, 0, 1000};
+    ck_assert_int_eq(qs_tensor_alloc(ctx, &t, QS_FP32, 3, empty_ok), QS_OK);
+    ck_assert_int_eq(t.numel, 0);
+    ck_assert_int_eq(t.strides[0], 1000);
+    qs_tensor_free(&t);
     qs_ctx_free(ctx);
 }
 END_TEST
