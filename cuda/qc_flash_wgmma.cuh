@@ -383,6 +383,41 @@ template <typename T> __device__ __forceinline__ T *align1k(unsigned char *p)
     return reinterpret_cast<T *>(p + ((1024u - (a & 1023u)) & 1023u));
 }
 
+/* The forward's epilogue, one thread's share of a warpgroup's rows: l summed over the quad,
+ * then for rows row0 and row0 + 8 below lq, o = acc / l at columns col0 + 8 nb + 2 tq (those
+ * below dv) rounded to T's precision, and lse when lse is given and this thread writes it. */
+template <typename T, int NB>
+__device__ __forceinline__ void fwd_epilogue(const geo &g, int s, int hh, int64_t ts, int row0,
+                                             int lq, int col0, float (&acc)[NB][4],
+                                             const float (&m)[2], float (&l)[2], float *o,
+                                             float *lse, bool lse_here)
+{
+    int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = row0 + r * 8;
+        if (row >= lq)
+            continue;
+        int64_t orow = (g.base(0, s) + row * ts) * g.h + hh;
+        float inv = 1.0f / l[r];
+        float *orp = o + orow * g.dv;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            int col = col0 + nb * 8 + 2 * tq;
+            if (col < g.dv) /* dv is even: col + 1 < dv too */
+                *reinterpret_cast<float2 *>(orp + col) = make_float2(
+                    ops<T>::round(acc[nb][2 * r] * inv), ops<T>::round(acc[nb][2 * r + 1] * inv));
+        }
+        if (lse && lse_here && tq == 0)
+            lse[orow] = (m[r] + log2f(l[r])) * 0.69314718055994531f;
+    }
+}
+
 /* [ATTN-FWD], [ATTN-LSE]: block (query tile of 128 rows, head, sequence). */
 template <typename T, int KD, int DV, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -403,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (i0 >= lq || lk == 0)
         return; /* [ATTN-EMPTY-ROW] rows keep o 0, lse -inf */
     int tid = threadIdx.x, wgi = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    int gr = lane >> 2, tq = lane & 3;
+    int gr = lane >> 2;
     int hk = hh / (g.h / g.hkv);
     int64_t ts = g.tstride();
     const T *qg = q + (g.base(0, s) * g.h + hh) * g.d;
@@ -528,29 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         nb_arrive(2);
     wg_wait<0>();
     keep<DV / 8>(acc);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = row0 + r * 8;
-        if (row >= lq)
-            continue;
-        int64_t orow = (g.base(0, s) + row * ts) * g.h + hh;
-        float inv = 1.0f / l[r];
-        float *orp = o + orow * g.dv;
-#pragma unroll
-        for (int nb = 0; nb < DV / 8; nb++) {
-            int col = nb * 8 + 2 * tq;
-            if (col < g.dv) /* dv is even: col + 1 < dv too */
-                *reinterpret_cast<float2 *>(orp + col) = make_float2(
-                    ops<T>::round(acc[nb][2 * r] * inv), ops<T>::round(acc[nb][2 * r + 1] * inv));
-        }
-        if (lse && tq == 0)
-            lse[orow] = (m[r] + log2f(l[r])) * 0.69314718055994531f;
-    }
+    fwd_epilogue<T, DV / 8>(g, s, hh, ts, row0, lq, 0, acc, m, l, o, lse, true);
 #else
     (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse;
     __trap();
@@ -665,7 +678,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (i0 >= lq || lk == 0)
         return; /* [ATTN-EMPTY-ROW] rows keep o 0, lse -inf */
     int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
-    int tq = lane & 3;
     int hk = hh / (g.h / g.hkv);
     int64_t ts = g.tstride();
     const T *qg = q + (g.base(0, s) * g.h + hh) * g.d;
@@ -734,29 +746,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kSplit)
             keep<BN / 16>(pl);
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = row0 + r * 8;
-        if (row >= lq)
-            continue;
-        int64_t orow = (g.base(0, s) + row * ts) * g.h + hh;
-        float inv = 1.0f / l[r];
-        float *orp = o + orow * g.dv;
-#pragma unroll
-        for (int nb = 0; nb < HALF / 8; nb++) {
-            int col = wgi * HALF + nb * 8 + 2 * tq;
-            if (col < g.dv) /* dv is even: col + 1 < dv too */
-                *reinterpret_cast<float2 *>(orp + col) = make_float2(
-                    ops<T>::round(acc[nb][2 * r] * inv), ops<T>::round(acc[nb][2 * r + 1] * inv));
-        }
-        if (lse && wgi == 0 && tq == 0)
-            lse[orow] = (m[r] + log2f(l[r])) * 0.69314718055994531f;
-    }
+    fwd_epilogue<T, HALF / 8>(g, s, hh, ts, row0, lq, wgi * HALF, acc, m, l, o, lse, wgi == 0);
 #else
     (void)g, (void)q, (void)k, (void)v, (void)o, (void)lse;
     __trap();

@@ -211,23 +211,46 @@ __device__ void solve_t(const float *Ls, float *Ts, float *Ps, int tid = threadI
         }
     }
     bar();
+    /* Each thread takes element (r, c) of every block of the row at once: one sum a block,
+     * each in increasing m as before, the sums of a row's blocks interleaved so that their
+     * shared-memory loads overlap (m, bi and bj are compile-time after unrolling). */
+#pragma unroll
     for (int bi = 1; bi < 4; bi++) {
-        for (int e = tid; e < bi * 256; e += NT) {
-            int bj = e >> 8, r = (e >> 4) & 15, c = e & 15;
-            float s = 0.0f;
-            for (int m = 16 * bj; m < 16 * bi; m++)
-                s = __fadd_rn(s,
-                              __fmul_rn(Ls[(16 * bi + r) * kLdC + m], Ts[m * kLdC + 16 * bj + c]));
-            Ps[(16 * bi + r) * kLdC + 16 * bj + c] = s;
+        for (int e = tid; e < 256; e += NT) {
+            int r = e >> 4, c = e & 15;
+            const float *lrow = Ls + (16 * bi + r) * kLdC;
+            float acc[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int m = 0; m < 16 * bi; m++) {
+                float l = lrow[m];
+#pragma unroll
+                for (int bj = 0; bj < 3; bj++)
+                    if (bj < bi && m >= 16 * bj)
+                        acc[bj] = __fadd_rn(acc[bj], __fmul_rn(l, Ts[m * kLdC + 16 * bj + c]));
+            }
+#pragma unroll
+            for (int bj = 0; bj < 3; bj++)
+                if (bj < bi)
+                    Ps[(16 * bi + r) * kLdC + 16 * bj + c] = acc[bj];
         }
         bar();
-        for (int e = tid; e < bi * 256; e += NT) {
-            int bj = e >> 8, r = (e >> 4) & 15, c = e & 15;
-            float s = 0.0f;
-            for (int m = 0; m < 16; m++)
-                s = __fadd_rn(s, __fmul_rn(Ts[(16 * bi + r) * kLdC + 16 * bi + m],
-                                           Ps[(16 * bi + m) * kLdC + 16 * bj + c]));
-            Ts[(16 * bi + r) * kLdC + 16 * bj + c] = -s;
+        for (int e = tid; e < 256; e += NT) {
+            int r = e >> 4, c = e & 15;
+            const float *drow = Ts + (16 * bi + r) * kLdC + 16 * bi;
+            float acc[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int m = 0; m < 16; m++) {
+                float d = drow[m];
+#pragma unroll
+                for (int bj = 0; bj < 3; bj++)
+                    if (bj < bi)
+                        acc[bj] = __fadd_rn(acc[bj],
+                                            __fmul_rn(d, Ps[(16 * bi + m) * kLdC + 16 * bj + c]));
+            }
+#pragma unroll
+            for (int bj = 0; bj < 3; bj++)
+                if (bj < bi)
+                    Ts[(16 * bi + r) * kLdC + 16 * bj + c] = -acc[bj];
         }
         bar();
     }
@@ -751,12 +774,15 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
           });
     __syncthreads();
     solve_t(Lf, Tf, Pf);
-    for (int e = tid; e < kC * kC / 2;
-         e += kThreads) { /* Tw = T diag(beta e^G), Tu = T diag(beta) */
-        int i = e / (kC / 2), j = 2 * (e % (kC / 2));
+    /* Tw = T diag(beta e^G), Tu = T diag(beta): a thread's columns j, j + 1 are the same in
+     * every row (kThreads is a multiple of kC / 2), so their factors are formed once */
+    static_assert(kThreads % (kC / 2) == 0, "a thread's columns are the same in every row");
+    const int jw = 2 * (tid % (kC / 2));
+    const float fw0 = __fmul_rn(Bt[jw], expf(G[jw])), fw1 = __fmul_rn(Bt[jw + 1], expf(G[jw + 1]));
+    for (int e = tid; e < kC * kC / 2; e += kThreads) {
+        int i = e / (kC / 2), j = jw;
         float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
-        st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, __fmul_rn(Bt[j], expf(G[j]))),
-                __fmul_rn(t1, __fmul_rn(Bt[j + 1], expf(G[j + 1]))));
+        st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, fw0), __fmul_rn(t1, fw1));
         st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
         if (Tout && i < nc) /* the backward keeps T, BF16 [hv][tokens][64] */
             st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
@@ -864,22 +890,30 @@ static_assert(lean_layout<false, 4>::kBytes + 1024 <= 228 * 1024 / 2,
               "state_lean_kernel without o, 4 warps: two blocks an SM");
 static_assert(kMaxD % 64 == 0, "the lean kernels' column blocks tile dv");
 
-/* tile_rows for NT threads (tid their index, from 0): rows of per 16-byte copies. */
-template <int NT, class Lay>
-__device__ __forceinline__ void lean_rows(int per, Lay y, bf16 *t, int64_t nc, const bf16 *base,
+/* tile_rows for NT threads (tid their index, from 0): rows of per 16-byte copies. NT is a
+ * multiple of per, so a thread keeps its column c and steps NT / per rows at a time: its
+ * source offset advances by an addition (the walks issue these copies between their
+ * products, with one warp a scheduler, so each instruction here is on their critical path). */
+template <int NT, int per, class Lay>
+__device__ __forceinline__ void lean_rows(Lay y, bf16 *t, int64_t nc, const bf16 *base,
                                           int64_t stride, int tid = threadIdx.x)
 {
-    for (int e = tid; e < kC * per; e += NT) {
-        int i = e / per, c = e % per;
+    static_assert(per > 0 && (per & (per - 1)) == 0 && NT % per == 0, "a fixed column a thread");
+    constexpr int di = NT / per;
+    const unsigned ut = static_cast<unsigned>(tid); /* unsigned: shifts, not signed division */
+    const int c = static_cast<int>(ut % per);
+    int i = static_cast<int>(ut / per);
+    int64_t off = i * stride + c * 8;
+    for (; i < kC; i += di, off += di * stride) {
         bool on = i < nc;
-        cp_async16(t + y.at(i, c * 8), on ? base + i * stride + c * 8 : base, on);
+        cp_async16(t + y.at(i, c * 8), on ? base + off : base, on);
     }
 }
-template <int NT>
-__device__ __forceinline__ void lean_rows(int per, int ldt, bf16 *t, int64_t nc, const bf16 *base,
+template <int NT, int per>
+__device__ __forceinline__ void lean_rows(int ldt, bf16 *t, int64_t nc, const bf16 *base,
                                           int64_t stride, int tid = threadIdx.x)
 {
-    lean_rows<NT>(per, pad_layout{ldt}, t, nc, base, stride, tid);
+    lean_rows<NT, per>(pad_layout{ldt}, t, nc, base, stride, tid);
 }
 
 /* The A fragments (16 rows, k step kk) of a warp's [16][8 nt] FP32 accumulators, in BF16. */
@@ -1171,13 +1205,13 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
     auto fetch = [&](int64_t c, int b) {
         int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        lean_rows<NT>(16, kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
-        lean_rows<NT>(16, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT, 16>(kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        lean_rows<NT, 16>(kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
         if (kOut) {
-            lean_rows<NT>(16, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-            lean_rows<NT>(8, kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
+            lean_rows<NT, 16>(kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+            lean_rows<NT, 8>(kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
         }
-        lean_rows<NT>(L::kCols / 8, L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
+        lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
         if (warp == 0)
             for (int i = lane; i < kC; i += 32)
                 cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
@@ -1437,11 +1471,11 @@ __global__ void __launch_bounds__(256, 1)
         /* chunk c's K, Q, gates into buffer b, its V and beta into the private ones */
         auto fetch = [&](int64_t c, int b) {
             int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-            lean_rows<128>(16, ty, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
+            lean_rows<128, 16>(ty, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
                            it);
-            lean_rows<128>(16, ty, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
+            lean_rows<128, 16>(ty, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
                            it);
-            lean_rows<128>(8, L::kLdX, L::V(smb, b), nc, v + (tok0 * p.hv + hvi) * p.dv + cv,
+            lean_rows<128, 8>(L::kLdX, L::V(smb, b), nc, v + (tok0 * p.hv + hvi) * p.dv + cv,
                            p.hv * p.dv, it);
             if (iw == 0)
                 for (int i = lane; i < kC; i += 32) {
@@ -1503,11 +1537,13 @@ __global__ void __launch_bounds__(256, 1)
             bar_sync(kBarChunk, 128);
             solve_t<128>(Lf, Tf, Pf, it, chunk_bar{});
             fetch_next(c, false);
-            for (int e = it; e < kC * kC / 2; e += 128) { /* Tw, Tu as wy_fast_kernel */
-                int i = e / (kC / 2), j = 2 * (e % (kC / 2));
+            const int jw = 2 * (it % (kC / 2)); /* Tw, Tu as wy_fast_kernel */
+            const float fw0 = __fmul_rn(Bt[jw], expf(G[jw])),
+                        fw1 = __fmul_rn(Bt[jw + 1], expf(G[jw + 1]));
+            for (int e = it; e < kC * kC / 2; e += 128) {
+                int i = e / (kC / 2), j = jw;
                 float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
-                st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, __fmul_rn(Bt[j], expf(G[j]))),
-                        __fmul_rn(t1, __fmul_rn(Bt[j + 1], expf(G[j + 1]))));
+                st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, fw0), __fmul_rn(t1, fw1));
                 st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
                 if (!kOut && vb == 0 && i < nc)
                     st_pair(Tg + (row0 + i) * kC + j, t0, t1);
@@ -1607,12 +1643,12 @@ __global__ void __launch_bounds__(32 * kW, 1)
     auto fetch = [&](int64_t c, int b) {
         int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        lean_rows<NT>(16, kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
-        lean_rows<NT>(16, kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        lean_rows<NT>(16, kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        lean_rows<NT>(L::kCols / 8, L::kLdX, L::X(smb, b), nc,
+        lean_rows<NT, 16>(kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        lean_rows<NT, 16>(kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT, 16>(kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc,
                       dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
-        lean_rows<NT>(8, kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
+        lean_rows<NT, 8>(kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
         if (warp == 0)
             for (int i = lane; i < kC; i += 32)
                 cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
