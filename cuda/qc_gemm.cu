@@ -85,6 +85,24 @@ cublasLtMatmulMatrixScale_t lt_scale_mode(qc_lt_scale s)
     }
 }
 
+/* Up to max of the heuristic's algorithms for the plan's descriptors (best first) within
+ * ws_size bytes of workspace; *found is how many. */
+qs_status lt_heuristics(const qc_lt_plan *p, cublasLtHandle_t h, size_t ws_size,
+                        cublasLtMatmulHeuristicResult_t *res, int max, int *found, char *why,
+                        size_t why_len)
+{
+    lt_pref pref;
+    uint64_t ws = ws_size;
+    QC_TRY_LT(cublasLtMatmulPreferenceCreate(&pref.p));
+    QC_TRY_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof ws));
+    memset(res, 0, sizeof *res * static_cast<size_t>(max));
+    *found = 0;
+    QC_TRY_LT(cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->d, p->d, pref.p, max, res,
+                                             found));
+    return QS_OK;
+}
+
 } // namespace
 
 qs_status qc_lt_plan_init(qc_lt_plan *p, cublasLtHandle_t h, const qc_lt_desc &d, size_t ws_size,
@@ -117,16 +135,9 @@ qs_status qc_lt_plan_init(qc_lt_plan *p, cublasLtHandle_t h, const qc_lt_desc &d
     QC_TRY_LT(cublasLtMatrixLayoutCreate(&p->b, d.b_type, (uint64_t)d.k, (uint64_t)d.n_lt, d.ldb));
     QC_TRY_LT(
         cublasLtMatrixLayoutCreate(&p->d, d.d_type, (uint64_t)d.m_lt, (uint64_t)d.n_lt, d.ldd));
-    lt_pref pref;
-    uint64_t ws = ws_size;
-    QC_TRY_LT(cublasLtMatmulPreferenceCreate(&pref.p));
-    QC_TRY_LT(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                   &ws, sizeof ws));
     cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
     int found = 0;
-    QC_TRY_LT(
-        cublasLtMatmulAlgoGetHeuristic(h, p->op, p->a, p->b, p->d, p->d, pref.p, 1, &res, &found));
+    QC_TRY(lt_heuristics(p, h, ws_size, &res, 1, &found, why, why_len));
     if (found == 0) {
         snprintf(why, why_len, "cuBLASLt has no algorithm for this GEMM (m=%lld n=%lld k=%lld)",
                  (long long)d.m_lt, (long long)d.n_lt, (long long)d.k);
@@ -144,6 +155,22 @@ qs_status qc_lt_plan_run(const qc_lt_plan *p, cublasLtHandle_t h, const void *a,
 {
     QC_TRY_LT(cublasLtMatmul(h, p->op, &p->alpha, a, p->a, b, p->b, &p->beta, d, p->d, d, p->d,
                              &p->algo, ws, ws_size, s));
+    return QS_OK;
+}
+
+qs_status qc_lt_plan_candidates(const qc_lt_plan *p, cublasLtHandle_t h, size_t ws_size,
+                                cublasLtMatmulAlgo_t *algos, int max, int *n, char *why,
+                                size_t why_len)
+{
+    std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(max > 0 ? max : 1));
+    *n = 0;
+    if (max <= 0)
+        return QS_OK;
+    int found = 0;
+    QC_TRY(lt_heuristics(p, h, ws_size, res.data(), max, &found, why, why_len));
+    for (int i = 0; i < found; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS)
+            algos[(*n)++] = res[i].algo;
     return QS_OK;
 }
 

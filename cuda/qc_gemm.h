@@ -47,6 +47,12 @@ struct qc_lt_plan {
  * (CUBLAS_STATUS_NOT_SUPPORTED or no heuristic result), QS_ERR_INTERNAL on other failures. */
 qs_status qc_lt_plan_init(qc_lt_plan *p, cublasLtHandle_t h, const qc_lt_desc &d, size_t ws_size,
                           char *why, size_t why_len);
+/* The heuristic's first max algorithms for an initialized plan within ws_size bytes of
+ * workspace, best first (the first is the plan's own), into algos; *n is how many. For
+ * gemm_bench, which times them: the plugin runs the heuristic's first. */
+qs_status qc_lt_plan_candidates(const qc_lt_plan *p, cublasLtHandle_t h, size_t ws_size,
+                                cublasLtMatmulAlgo_t *algos, int max, int *n, char *why,
+                                size_t why_len);
 /* Launches the matmul on stream s (asynchronous). */
 qs_status qc_lt_plan_run(const qc_lt_plan *p, cublasLtHandle_t h, const void *a, const void *b,
                          void *d, void *ws, size_t ws_size, cudaStream_t s, char *why,

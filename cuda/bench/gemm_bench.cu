@@ -14,7 +14,9 @@
  *    to the model and the largest distance in units in the last place.
  *
  * 3. --block: the block-scaled GEMMs (VEC128 x VEC128, VEC128 x BLK128, BF16 out) at 8192^3
- *    and at the DeepSeek-V3 layer shapes, TFLOP/s and the algorithm cuBLASLt picked.
+ *    and at the DeepSeek-V3 layer shapes, TFLOP/s and the algorithm cuBLASLt picked;
+ *    --tune N (implies --block): after each row, the fastest of the heuristic's first N
+ *    algorithms and how many of its outputs differ from the heuristic algorithm's.
  * 4. --block-experiment DIR: the block-scaled outputs against candidate promotion models
  *    (block_experiment below), the GPU outputs kept in DIR; --block-analyze DIR repeats the
  *    comparison from those files on a machine without a GPU.
@@ -22,7 +24,7 @@
  *
  * It is a tool, so it links libqspec for the models. Every CUDA and cuBLASLt status is
  * checked; a failure prints the call and exits 1. Usage: gemm_bench [M N K] [--no-agreement]
- * [--agreement-block] [--block] [--block-experiment DIR] | --block-analyze DIR
+ * [--agreement-block] [--block] [--tune N] [--block-experiment DIR] | --block-analyze DIR
  */
 #include <cuda_runtime.h>
 
@@ -168,7 +170,7 @@ __global__ void fill_f32(float *x, size_t n, float v)
 }
 
 /* The algorithm cuBLASLt's heuristic picked: config id, tile, stages, split-K and its
- * reduction scheme (cublasLtMatmulAlgoConfigGetAttribute). */
+ * reduction scheme, cluster shape and CTA swizzling (cublasLtMatmulAlgoConfigGetAttribute). */
 void algo_note(const qc_lt_plan &p, char *buf, size_t n)
 {
     int id = -1, splitk = -1;
@@ -183,13 +185,83 @@ void algo_note(const qc_lt_plan &p, char *buf, size_t n)
                                          sizeof splitk, &w);
     cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
                                          sizeof red, &w);
-    snprintf(buf, n, "algo %d tile %u stages %u splitK %d red %u", id, tile, stages, splitk, red);
+    uint32_t cluster = 0, swz = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                         sizeof cluster, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz,
+                                         sizeof swz, &w);
+    snprintf(buf, n, "algo %d tile %u stages %u splitK %d red %u cluster %u swizzle %u", id, tile,
+             stages, splitk, red, cluster, swz);
+}
+
+/* Elements of the n 16-bit words x and y that differ, into *count (device). */
+__global__ void count_diff16(const uint16_t *x, const uint16_t *y, size_t n, unsigned long long *count)
+{
+    size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n && x[i] != y[i])
+        atomicAdd(count, 1ull);
+}
+
+size_t differ16(const void *x, const void *y, size_t n)
+{
+    unsigned long long *dc, hc = 0;
+    CHECK_CUDA(cudaMalloc(&dc, sizeof hc));
+    CHECK_CUDA(cudaMemset(dc, 0, sizeof hc));
+    count_diff16<<<(unsigned)((n + 255) / 256), 256>>>(static_cast<const uint16_t *>(x),
+                                                       static_cast<const uint16_t *>(y), n, dc);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaMemcpy(&hc, dc, sizeof hc, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaFree(dc));
+    return static_cast<size_t>(hc);
+}
+
+/* The fastest of the heuristic's first ntune algorithms for plan p (the heuristic's own
+ * included), timed as median_ms times the plan; its output is compared with ref (the
+ * heuristic algorithm's, n BF16 values). A candidate cuBLASLt refuses to run is skipped. */
+void tune_row(const qc_lt_plan &p, int ntune, const void *a, const void *b, void *d, const void *ref,
+              size_t n, double flop)
+{
+    std::vector<cublasLtMatmulAlgo_t> algos(static_cast<size_t>(ntune));
+    int na = 0;
+    CHECK_QS(qc_lt_plan_candidates(&p, g_h, QC_LT_WORKSPACE, algos.data(), ntune, &na, why,
+                                   sizeof why));
+    double best = -1.0;
+    int ibest = -1, ran = 0;
+    size_t dbest = 0;
+    qc_lt_plan c = p; /* shares p's descriptors; not freed */
+    for (int i = 0; i < na; i++) {
+        c.algo = algos[static_cast<size_t>(i)];
+        if (qc_lt_plan_run(&c, g_h, b, a, d, g_ws, QC_LT_WORKSPACE, 0, why, sizeof why) != QS_OK ||
+            cudaDeviceSynchronize() != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        ran++;
+        size_t nd = differ16(d, ref, n);
+        double t = median_ms(c, a, b, d);
+        if (best < 0 || t < best) {
+            best = t;
+            ibest = i;
+            dbest = nd;
+        }
+    }
+    if (ibest < 0) {
+        printf("|      |       |       |   tuned: no candidate ran |\n");
+        return;
+    }
+    c.algo = algos[static_cast<size_t>(ibest)];
+    char note[128];
+    algo_note(c, note, sizeof note);
+    printf("|      |       |       | tuned: best of %2d ran  | candidate %2d    | %8.3f | %8.1f | %s; "
+           "%zu of %zu outputs differ from the heuristic's |\n",
+           ran, ibest, best, flop / (best * 1e-3) / 1e12, note, dbest, n);
 }
 
 /* Block-scaled FP8 GEMMs y[M,N] = a[M,K] b[N,K]^T, E4M3, BF16 out, 32 MiB workspace: a with
  * 1x128 scales (VEC128) and b with 1x128 (VEC128) or 128x128 (BLK128) scales, at 8192^3
- * and the DeepSeek-V3 layer shapes (M tokens x (N, K) of the projections and MLPs). */
-void block_throughput()
+ * and the DeepSeek-V3 layer shapes (M tokens x (N, K) of the projections and MLPs). With
+ * ntune > 0, each row is followed by the fastest of the heuristic's first ntune algorithms. */
+void block_throughput(int ntune)
 {
     struct shape {
         int64_t m, n, k;
@@ -221,12 +293,14 @@ void block_throughput()
         amax_b = std::max(amax_b, (size_t)(s.n * s.k));
         amax_d = std::max(amax_d, (size_t)(s.m * s.n));
     }
-    void *a, *b, *d;
+    void *a, *b, *d, *d0 = nullptr;
     float *sa, *sb;
     size_t ns = std::max(amax_a, amax_b) / 128 + 4096;
     CHECK_CUDA(cudaMalloc(&a, amax_a));
     CHECK_CUDA(cudaMalloc(&b, amax_b));
     CHECK_CUDA(cudaMalloc(&d, amax_d * 2));
+    if (ntune > 0)
+        CHECK_CUDA(cudaMalloc(&d0, amax_d * 2));
     CHECK_CUDA(cudaMalloc(&sa, ns * 4));
     CHECK_CUDA(cudaMalloc(&sb, ns * 4));
     fill_e4m3<<<(unsigned)((amax_a + 255) / 256), 256>>>(static_cast<uint8_t *>(a), amax_a, 5u);
@@ -257,10 +331,15 @@ void block_throughput()
                    (long long)s.m, (long long)s.n, (long long)s.k, s.what,
                    blk ? "VEC128 x BLK128" : "VEC128 x VEC128", t, flop / (t * 1e-3) / 1e12,
                    note);
+            if (ntune > 0) {
+                size_t n = static_cast<size_t>(s.m * s.n);
+                CHECK_CUDA(cudaMemcpy(d0, d, n * 2, cudaMemcpyDeviceToDevice));
+                tune_row(p, ntune, a, b, d, d0, n, flop);
+            }
             fflush(stdout);
             qc_lt_plan_free(&p);
         }
-    for (void *q : {a, b, d, (void *)sa, (void *)sb})
+    for (void *q : {a, b, d, d0, (void *)sa, (void *)sb})
         CHECK_CUDA(cudaFree(q));
     printf("\n");
 }
@@ -905,7 +984,7 @@ void agreement(int block_only)
 int main(int argc, char **argv)
 {
     int64_t M = 8192, N = 8192, K = 8192;
-    int do_agreement = 1, npos = 0, do_block = 0;
+    int do_agreement = 1, npos = 0, do_block = 0, ntune = 0;
     const char *exp_dir = nullptr;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--no-agreement") == 0) {
@@ -913,6 +992,15 @@ int main(int argc, char **argv)
             continue;
         }
         if (strcmp(argv[i], "--block") == 0) {
+            do_block = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--tune") == 0 && i + 1 < argc) {
+            ntune = atoi(argv[++i]);
+            if (ntune < 1 || ntune > 64) {
+                fprintf(stderr, "gemm_bench: --tune takes 1 to 64 candidates\n");
+                return 2;
+            }
             do_block = 1;
             continue;
         }
@@ -930,7 +1018,7 @@ int main(int argc, char **argv)
         }
         long long v = atoll(argv[i]);
         if (v <= 0 || v % 16 != 0 || npos >= 3) {
-            fprintf(stderr, "usage: gemm_bench [M N K (multiples of 16)] [--no-agreement] [--block] "
+            fprintf(stderr, "usage: gemm_bench [M N K (multiples of 16)] [--no-agreement] [--block] [--tune N] "
                             "[--agreement-block] [--block-experiment DIR] | --block-analyze DIR\n");
             return 2;
         }
@@ -957,7 +1045,7 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     if (do_block)
-        block_throughput();
+        block_throughput(ntune);
     throughput(M, N, K, d_one);
     if (do_agreement) {
         if (do_agreement == 1)
