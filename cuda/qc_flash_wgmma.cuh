@@ -125,7 +125,8 @@ __device__ __forceinline__ void nb_arrive(int id)
 
 /* Rows [0, R) x columns [0, C) of a swizzled tile from global rows r0 + r (row stride rs
  * elements) for r < valid and columns c < dim (dim, rs multiples of 8, g 16-byte aligned);
- * zeros elsewhere. NT threads, thread tid. */
+ * zeros elsewhere. NT threads, thread tid. A tile with every row and column in range takes
+ * the copies with no predicates and constant offsets from one pointer a row. */
 template <typename T, int R, int C, int NT>
 __device__ __forceinline__ void load_sw(T *sm, const T *g, int64_t rs, int r0, int valid, int dim,
                                         int tid)
@@ -136,6 +137,17 @@ __device__ __forceinline__ void load_sw(T *sm, const T *g, int64_t rs, int r0, i
     static_assert(C % 64 == 0 && NT % 64 == 0 && R % step == 0, "tile shape");
     int r = tid / 8, cc = (tid % 8) * 8;
     int swz = (((tid % 8) ^ (r & 7)) << 3) + r * 64;
+    if (valid >= R && dim >= C) { /* every row and column: one pointer a row, constant offsets */
+#pragma unroll
+        for (int it = 0; it < R / step; it++) {
+            const T *src = g + (r0 + r + it * step) * rs + cc;
+            T *dst = sm + swz + it * step * 64;
+#pragma unroll
+            for (int p = 0; p < C / 64; p++)
+                cp16z(dst + p * (R * 64), src + p * 64, true);
+        }
+        return;
+    }
 #pragma unroll
     for (int p = 0; p < C / 64; p++) {
         int c = p * 64 + cc;
@@ -155,9 +167,21 @@ __device__ __forceinline__ void load_sw(T *sm, const T *g, int64_t rs, int r0, i
 __device__ __forceinline__ uint64_t desc(const void *p, uint32_t lbo, uint32_t sbo)
 {
     uint32_t a = smem_addr(p);
-    return static_cast<uint64_t>((a >> 4) & 0x3FFF) |
-           (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
-           (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+    uint32_t lo = ((a >> 4) & 0x3FFF) | (((lbo >> 4) & 0x3FFF) << 16);
+    uint32_t hi = ((sbo >> 4) & 0x3FFF) | (1u << 30);
+    return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+/* The descriptor d of a tile moved on by off elements of T: the start address is the low 14
+ * bits of the low word in 16-byte units, and a shared-memory address stays below 2^18, so the
+ * sum never carries out of its field (off * sizeof(T) a multiple of 16). One addition, where
+ * desc() takes about ten instructions. */
+template <typename T> __device__ __forceinline__ uint64_t desc_add(uint64_t d, int off)
+{
+    uint32_t lo = static_cast<uint32_t>(d) + static_cast<uint32_t>(off * sizeof(T) / 16);
+    uint64_t r; /* the pair packed by a move: the compiler would otherwise add in 64 bits */
+    asm("mov.b64 %0, {%1, %2};\n" : "=l"(r) : "r"(lo), "r"(static_cast<uint32_t>(d >> 32)));
+    return r;
 }
 
 __device__ __forceinline__ void wg_fence()
@@ -292,10 +316,11 @@ __device__ __forceinline__ void mma_rs(float (*d)[4], const uint32_t *a, uint64_
 template <typename T, int KS, int RA>
 __device__ __forceinline__ void qk_issue(float (*x)[4], const T *sa, int ra, const T *sb)
 {
+    const uint64_t da0 = desc(sa + ra * 64, 16, 1024), db0 = desc(sb, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < KS; kk++) {
-        uint64_t da = desc(sa + (kk >> 2) * (RA * 64) + ra * 64 + (kk & 3) * 16, 16, 1024);
-        uint64_t db = desc(sb + (kk >> 2) * (kBN * 64) + (kk & 3) * 16, 16, 1024);
+        uint64_t da = desc_add<T>(da0, (kk >> 2) * (RA * 64) + (kk & 3) * 16);
+        uint64_t db = desc_add<T>(db0, (kk >> 2) * (kBN * 64) + (kk & 3) * 16);
         mma_ss<T>(x, da, db, kk > 0);
     }
     wg_commit();
@@ -308,9 +333,10 @@ template <typename T, int N, bool kSplit>
 __device__ __forceinline__ void pv_issue(float (*acc)[4], const uint32_t (*hi)[4],
                                          const uint32_t (*lo)[4], const T *sv)
 {
+    const uint64_t db0 = desc(sv, kBN * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; kk++) {
-        uint64_t db = desc(sv + kk * 16 * 64, kBN * 128, 1024);
+        uint64_t db = desc_add<T>(db0, kk * 16 * 64);
         mma_rs<T, N>(acc, hi[kk], db, 1);
         if (kSplit)
             mma_rs<T, N>(acc, lo[kk], db, 1);
@@ -574,7 +600,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 /* d_qk <= 576, d_v <= 512 (class 3; absorbed MLA: 576 = 512 latent + 64 rope, one KV head
  * shared by every query head). A block is two warpgroups and owns 64 query rows of one head;
  * the key/value tiles are 32 keys. Per tile both warpgroups compute S over half of the head
- * dim each (m64n32k16, 18 k steps, Q and K from shared memory), exchange the partial sums
+ * dim each (m64n32k16, 18 k steps, the even ones and the odd ones, Q and K from shared
+ * memory), exchange the partial sums
  * through shared memory (every thread adds its own and its twin's in the same order, so both
  * hold the same S bits), run the same online softmax, and each accumulates its half of the
  * 512 output columns, O += P V (two m64n128k16 a k step, P from registers, V with the
@@ -625,17 +652,21 @@ __device__ __forceinline__ void mma_ss32(float (*d)[4], uint64_t da, uint64_t db
         mma_ss_n32_bf16(d, da, db, scale_d);
 }
 
-/* x[4][4] = A B^T over the k steps [k0, k0 + KS): A the 64 rows of a swizzled tile of 64
- * rows, B a swizzled tile of 32 rows (keys). Issued and committed, not waited for. */
+/* x[4][4] = A B^T over the k steps w, w + 2, ..., w + 2 (KS - 1) (w 0 or 1: the two
+ * warpgroups interleave theirs, so that a step's offset is a constant from a base that
+ * depends on w alone, and each descriptor costs one addition): A the 64 rows of a swizzled
+ * tile of 64 rows, B a swizzled tile of 32 rows (keys). Issued and committed, not waited
+ * for. */
 template <typename T, int KS>
-__device__ __forceinline__ void qk32_issue(float (*x)[4], const T *sa, const T *sb, int k0)
+__device__ __forceinline__ void qk32_issue(float (*x)[4], const T *sa, const T *sb, int w)
 {
+    /* step 2i + w: panel i / 2, column 16 (2 (i % 2) + w) of it */
+    const uint64_t da0 = desc(sa + 16 * w, 16, 1024), db0 = desc(sb + 16 * w, 16, 1024);
 #pragma unroll
     for (int i = 0; i < KS; i++) {
-        int kk = k0 + i;
-        uint64_t da = desc(sa + (kk >> 2) * (kMlaRows * 64) + (kk & 3) * 16, 16, 1024);
-        uint64_t db = desc(sb + (kk >> 2) * (kMlaBN * 64) + (kk & 3) * 16, 16, 1024);
-        mma_ss32<T>(x, da, db, i > 0);
+        int oa = (i >> 1) * (kMlaRows * 64) + (i & 1) * 32;
+        int ob = (i >> 1) * (kMlaBN * 64) + (i & 1) * 32;
+        mma_ss32<T>(x, desc_add<T>(da0, oa), desc_add<T>(db0, ob), i > 0);
     }
     wg_commit();
 }
@@ -647,12 +678,12 @@ template <typename T, int NH, bool kSplit>
 __device__ __forceinline__ void pv32_issue(float (*acc)[4], const uint32_t (*hi)[4],
                                            const uint32_t (*lo)[4], const T *sv, int c0)
 {
+    const uint64_t db0 = desc(sv + (c0 / 64) * (kMlaBN * 64), kMlaBN * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < kMlaBN / 16; kk++)
 #pragma unroll
         for (int h = 0; h < NH; h++) {
-            uint64_t db =
-                desc(sv + (c0 / 64 + 2 * h) * (kMlaBN * 64) + kk * 16 * 64, kMlaBN * 128, 1024);
+            uint64_t db = desc_add<T>(db0, 2 * h * (kMlaBN * 64) + kk * 16 * 64);
             mma_rs<T, 128>(acc + 16 * h, hi[kk], db, 1);
             if (kSplit)
                 mma_rs<T, 128>(acc + 16 * h, lo[kk], db, 1);
@@ -715,7 +746,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (it + 1 < ntile)
             load(it + 1);
         wg_fence();
-        qk32_issue<T, kMlaKS>(x, sq, sk + b * (BN * KD), wgi * kMlaKS);
+        qk32_issue<T, kMlaKS>(x, sq, sk + b * (BN * KD), wgi);
         wg_wait<0>();
         keep<NB>(x);
 #pragma unroll
@@ -830,7 +861,7 @@ template <typename T, int N> __global__ void __launch_bounds__(128) test_rs(cons
 }
 
 /* d[64][32] = a[64][576] b[32][576]^T (row-major): the class-3 tiles (9 panels; B of 32 rows)
- * through load_sw and qk32_issue, the two halves of the k steps accumulated in turn. */
+ * through load_sw and qk32_issue, the even and the odd k steps accumulated in turn. */
 template <typename T> __global__ void __launch_bounds__(128) test_ss32(const T *a, const T *b, float *d)
 {
 #if QC_WGMMA
@@ -846,7 +877,7 @@ template <typename T> __global__ void __launch_bounds__(128) test_ss32(const T *
     float x[kMlaNB][4], y[kMlaNB][4];
     wg_fence();
     qk32_issue<T, kMlaKS>(x, sa, sb, 0);
-    qk32_issue<T, kMlaKS>(y, sa, sb, kMlaKS);
+    qk32_issue<T, kMlaKS>(y, sa, sb, 1);
     wg_wait<0>();
     keep<kMlaNB>(x);
     keep<kMlaNB>(y);
