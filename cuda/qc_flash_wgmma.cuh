@@ -519,6 +519,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         tile_softmax<kBN / 8>(x, m, l, alpha, sl2, j0, lk, causal, row0, wrow);
     };
     auto rescale = [&](const float *alpha) {
+        if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+            return; /* no row of the warp has a new maximum: x 1 changes no bit */
 #pragma unroll
         for (int nb = 0; nb < DV / 8; nb++)
 #pragma unroll
@@ -763,11 +765,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 x[nb][e] = wgi == 0 ? __fadd_rn(x[nb][e], y) : __fadd_rn(y, x[nb][e]);
             }
         tile_softmax<NB>(x, m, l, alpha, sl2, j0, lk, causal, row0, wrow);
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) /* else x 1 */
 #pragma unroll
-        for (int nb = 0; nb < HALF / 8; nb++)
+            for (int nb = 0; nb < HALF / 8; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[nb][e] *= alpha[e >> 1];
+                for (int e = 0; e < 4; e++)
+                    acc[nb][e] *= alpha[e >> 1];
         to_a<T, NB, kSplit>(x, ph, pl);
         wg_fence();
         pv32_issue<T, HALF / 128, kSplit>(acc, ph, pl, sv + b * (BN * DV), wgi * HALF);
