@@ -125,9 +125,10 @@ __device__ __forceinline__ void nb_arrive(int id)
 
 /* Rows [0, R) x columns [0, C) of a swizzled tile from global rows r0 + r (row stride rs
  * elements) for r < valid and columns c < dim (dim, rs multiples of 8, g 16-byte aligned);
- * zeros elsewhere. NT threads, thread tid. A tile with every row and column in range takes
- * the copies with no predicates and constant offsets from one pointer a row. */
-template <typename T, int R, int C, int NT>
+ * zeros elsewhere. NT threads, thread tid. kFull: a tile with every row and column in range
+ * takes the copies with no predicates and constant offsets from one pointer a row (the
+ * absorbed-MLA forward; the class 0-2 forward measured slower with it, 2026-12-06). */
+template <typename T, int R, int C, int NT, bool kFull = false>
 __device__ __forceinline__ void load_sw(T *sm, const T *g, int64_t rs, int r0, int valid, int dim,
                                         int tid)
 {
@@ -137,7 +138,7 @@ __device__ __forceinline__ void load_sw(T *sm, const T *g, int64_t rs, int r0, i
     static_assert(C % 64 == 0 && NT % 64 == 0 && R % step == 0, "tile shape");
     int r = tid / 8, cc = (tid % 8) * 8;
     int swz = (((tid % 8) ^ (r & 7)) << 3) + r * 64;
-    if (valid >= R && dim >= C) { /* every row and column: one pointer a row, constant offsets */
+    if (kFull && valid >= R && dim >= C) { /* one pointer a row, constant offsets */
 #pragma unroll
         for (int it = 0; it < R / step; it++) {
             const T *src = g + (r0 + r + it * step) * rs + cc;
@@ -316,11 +317,10 @@ __device__ __forceinline__ void mma_rs(float (*d)[4], const uint32_t *a, uint64_
 template <typename T, int KS, int RA>
 __device__ __forceinline__ void qk_issue(float (*x)[4], const T *sa, int ra, const T *sb)
 {
-    const uint64_t da0 = desc(sa + ra * 64, 16, 1024), db0 = desc(sb, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < KS; kk++) {
-        uint64_t da = desc_add<T>(da0, (kk >> 2) * (RA * 64) + (kk & 3) * 16);
-        uint64_t db = desc_add<T>(db0, (kk >> 2) * (kBN * 64) + (kk & 3) * 16);
+        uint64_t da = desc(sa + (kk >> 2) * (RA * 64) + ra * 64 + (kk & 3) * 16, 16, 1024);
+        uint64_t db = desc(sb + (kk >> 2) * (kBN * 64) + (kk & 3) * 16, 16, 1024);
         mma_ss<T>(x, da, db, kk > 0);
     }
     wg_commit();
@@ -333,10 +333,9 @@ template <typename T, int N, bool kSplit>
 __device__ __forceinline__ void pv_issue(float (*acc)[4], const uint32_t (*hi)[4],
                                          const uint32_t (*lo)[4], const T *sv)
 {
-    const uint64_t db0 = desc(sv, kBN * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; kk++) {
-        uint64_t db = desc_add<T>(db0, kk * 16 * 64);
+        uint64_t db = desc(sv + kk * 16 * 64, kBN * 128, 1024);
         mma_rs<T, N>(acc, hi[kk], db, 1);
         if (kSplit)
             mma_rs<T, N>(acc, lo[kk], db, 1);
@@ -519,8 +518,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         tile_softmax<kBN / 8>(x, m, l, alpha, sl2, j0, lk, causal, row0, wrow);
     };
     auto rescale = [&](const float *alpha) {
-        if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
-            return; /* no row of the warp has a new maximum: x 1 changes no bit */
 #pragma unroll
         for (int nb = 0; nb < DV / 8; nb++)
 #pragma unroll
@@ -717,13 +714,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const T *kg = k + (g.base(1, s) * g.hkv + hk) * g.d;
     const T *vg = v + (g.base(1, s) * g.hkv + hk) * g.dv;
     int64_t krs = ts * g.hkv * g.d, vrs = ts * g.hkv * g.dv;
-    load_sw<T, kMlaRows, KD, kThreads>(sq, qg, ts * g.h * g.d, i0, lq - i0, g.d, tid);
+    load_sw<T, kMlaRows, KD, kThreads, true>(sq, qg, ts * g.h * g.d, i0, lq - i0, g.d, tid);
     int kend = causal ? min(lk, i0 + kMlaRows) : lk;
     int ntile = (kend + BN - 1) / BN;
     auto load = [&](int it) { /* tile it into buffer it & 1, one commit group */
         int j = it * BN, b = it & 1;
-        load_sw<T, BN, KD, kThreads>(sk + b * (BN * KD), kg, krs, j, lk - j, g.d, tid);
-        load_sw<T, BN, DV, kThreads>(sv + b * (BN * DV), vg, vrs, j, lk - j, g.dv, tid);
+        load_sw<T, BN, KD, kThreads, true>(sk + b * (BN * KD), kg, krs, j, lk - j, g.d, tid);
+        load_sw<T, BN, DV, kThreads, true>(sv + b * (BN * DV), vg, vrs, j, lk - j, g.dv, tid);
         cp_commit();
     };
     load(0); /* with Q */
