@@ -719,6 +719,26 @@ __device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf1
             put(16 * mt + acc_row(e), n0 + acc_col(n, e), c[n][e], c[n][e + 1]);
 }
 
+/* Tw = T diag(beta e^G) and Tu = T diag(beta) (BF16, [64][kLdH64]) from T (FP32, Tf) by NT
+ * threads (tid their index, from 0), each element pair (i, j) of T also given to
+ * keep(i, j, t_j, t_{j+1}). A thread's columns j, j + 1 are the same in every row (NT is a
+ * multiple of kC / 2), so their factors are formed once. */
+template <int NT, class Keep>
+__device__ __forceinline__ void wy_scale_t(const float *Tf, const float *G, const float *Bt,
+                                           bf16 *Tw, bf16 *Tu, int tid, Keep keep)
+{
+    static_assert(NT % (kC / 2) == 0, "a thread's columns are the same in every row");
+    const int j = 2 * (tid % (kC / 2));
+    const float fw0 = __fmul_rn(Bt[j], expf(G[j])), fw1 = __fmul_rn(Bt[j + 1], expf(G[j + 1]));
+    for (int e = tid; e < kC * kC / 2; e += NT) {
+        int i = e / (kC / 2);
+        float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
+        st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, fw0), __fmul_rn(t1, fw1));
+        st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
+        keep(i, j, t0, t1);
+    }
+}
+
 /* kLateV: V is fetched into T's tile once Tw and Tu are formed, while W = Tw K is computed, so
  * the kernel holds four tiles (three blocks an SM) instead of five (two); the same products in
  * the same order either way. Shared memory: the tiles K, Q, (V,) L, T, then G and beta. */
@@ -774,19 +794,10 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
           });
     __syncthreads();
     solve_t(Lf, Tf, Pf);
-    /* Tw = T diag(beta e^G), Tu = T diag(beta): a thread's columns j, j + 1 are the same in
-     * every row (kThreads is a multiple of kC / 2), so their factors are formed once */
-    static_assert(kThreads % (kC / 2) == 0, "a thread's columns are the same in every row");
-    const int jw = 2 * (tid % (kC / 2));
-    const float fw0 = __fmul_rn(Bt[jw], expf(G[jw])), fw1 = __fmul_rn(Bt[jw + 1], expf(G[jw + 1]));
-    for (int e = tid; e < kC * kC / 2; e += kThreads) {
-        int i = e / (kC / 2), j = jw;
-        float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
-        st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, fw0), __fmul_rn(t1, fw1));
-        st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
+    wy_scale_t<kThreads>(Tf, G, Bt, Tw, Tu, tid, [&](int i, int j, float t0, float t1) {
         if (Tout && i < nc) /* the backward keeps T, BF16 [hv][tokens][64] */
             st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
-    }
+    });
     __syncthreads();
     if (kLateV) { /* T is formed into Tw and Tu: its tile takes V */
         tile_rows(false, kLdH, Vh, nc, vrows, p.hv * kMaxD);
@@ -1537,17 +1548,10 @@ __global__ void __launch_bounds__(256, 1)
             bar_sync(kBarChunk, 128);
             solve_t<128>(Lf, Tf, Pf, it, chunk_bar{});
             fetch_next(c, false);
-            const int jw = 2 * (it % (kC / 2)); /* Tw, Tu as wy_fast_kernel */
-            const float fw0 = __fmul_rn(Bt[jw], expf(G[jw])),
-                        fw1 = __fmul_rn(Bt[jw + 1], expf(G[jw + 1]));
-            for (int e = it; e < kC * kC / 2; e += 128) {
-                int i = e / (kC / 2), j = jw;
-                float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
-                st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, fw0), __fmul_rn(t1, fw1));
-                st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
+            wy_scale_t<128>(Tf, G, Bt, Tw, Tu, it, [&](int i, int j, float t0, float t1) {
                 if (!kOut && vb == 0 && i < nc)
                     st_pair(Tg + (row0 + i) * kC + j, t0, t1);
-            }
+            });
             bar_sync(kBarChunk, 128);
             for (int task = iw; task < 12; task += 4) { /* W (8 tasks), then U (4) */
                 if (task < 8)
