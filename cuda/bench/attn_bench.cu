@@ -507,18 +507,6 @@ void fill(__nv_bfloat16 *x, size_t n, uint32_t seed)
     fill_bf16<<<(unsigned)((n + 255) / 256), 256>>>(x, n, seed);
 }
 
-/* FNV-1a over the bytes of n device floats: two builds whose outputs print the same
- * fingerprint computed the same bits. */
-unsigned long long fingerprint(const float *d, size_t n)
-{
-    std::vector<unsigned char> x(n * 4);
-    BENCH_CHECK(cudaMemcpy(x.data(), d, n * 4, cudaMemcpyDeviceToHost));
-    unsigned long long h = 1469598103934665603ull;
-    for (unsigned char c : x)
-        h = (h ^ c) * 1099511628211ull;
-    return h;
-}
-
 double rel_rms(const float *a, const float *b, size_t n)
 {
     std::vector<float> x(n), y(n);
@@ -643,7 +631,7 @@ template <int C> void time_shape(const char *name, int b, int s, int h, int hkv,
         }
         /* ow, lw: the single form's (the last run); run the split form again to compare */
         BENCH_CHECK(cudaDeviceSynchronize());
-        unsigned long long bits_single = fingerprint(ow, no) ^ fingerprint(lw, nl);
+        unsigned long long bits_single = dev_hash(ow, no * 4) ^ dev_hash(lw, nl * 4);
         BENCH_CHECK((fl::wg::fwd_launch_class<bf, true>(wc, g, s, q, k, v, ow, lw, 0)));
         float *lm = dalloc<float>(nl);
         BENCH_CHECK((fl::fwd_launch<bf, C, true>(g, s, q, k, v, o[1], lm, 0)));
@@ -651,7 +639,7 @@ template <int C> void time_shape(const char *name, int b, int s, int h, int hkv,
         printf("accuracy %-40s flash-wgmma split vs mma.sync split: rel. RMS o %.2e lse %.2e\n",
                name, rel_rms(ow, o[1], no), rel_rms(lw, lm, nl));
         printf("bits     %-40s flash-wgmma o and lse: split %016llx single %016llx\n", name,
-               fingerprint(ow, no) ^ fingerprint(lw, nl), bits_single);
+               dev_hash(ow, no * 4) ^ dev_hash(lw, nl * 4), bits_single);
         fflush(stdout);
         cudaFree(ow);
         cudaFree(lw);

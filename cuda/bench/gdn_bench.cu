@@ -678,32 +678,6 @@ unsigned long long dev_ndiff(const void *a, const void *b, size_t n)
     return h;
 }
 
-/* A fingerprint of n bytes (n a multiple of 4): the sum mod 2^64 of a mix of each 4-byte
- * word with its index, so that two builds' outputs can be compared bit for bit across runs. */
-__global__ void hash_kernel(const uint32_t *a, size_t n, unsigned long long *acc)
-{
-    unsigned long long h = 0;
-    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-         i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-        unsigned long long z = (static_cast<unsigned long long>(i) << 32 | a[i]) + 0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        h += z ^ (z >> 31);
-    }
-    atomicAdd(acc, h);
-}
-
-unsigned long long dev_hash(const void *a, size_t bytes)
-{
-    unsigned long long *acc, h = 0;
-    CHECK_CUDA(cudaMalloc(&acc, sizeof h));
-    CHECK_CUDA(cudaMemset(acc, 0, sizeof h));
-    hash_kernel<<<1024, 256>>>(static_cast<const uint32_t *>(a), bytes / 4, acc);
-    CHECK_CUDA(cudaMemcpy(&h, acc, sizeof h, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaFree(acc));
-    return h;
-}
-
 /* ||a - b|| / ||b|| of two device arrays (NaN when a holds a NaN). */
 double dev_rrms(const float *a, const float *b, size_t n)
 {
