@@ -9,7 +9,9 @@
  * one (d <= 192, dv <= 128, or the absorbed-MLA class d <= 576, dv <= 512; both multiples of
  * 8, a positive scale) on a device of compute capability 9.0, unless
  * QSPEC_CUDA_FLASH_WGMMA=0 (then, and for every other request, the mma.sync kernels of
- * cuda/qc_flash.cuh). */
+ * cuda/qc_flash.cuh). The backward of classes 0-2 runs the wgmma kernels under the same
+ * conditions and QSPEC_CUDA_FLASH_WGMMA_BWD=1 only: they have not yet run on a GPU
+ * (cuda/bench/attn_bench checks them), so the mma.sync backward stays the default. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +149,14 @@ qs_status bwd_any(const flash_req &r, const qs_sdpa_args *a, const T *q, const T
                   int *ovf)
 {
     cudaError_t e;
+    const char *opt = getenv("QSPEC_CUDA_FLASH_WGMMA_BWD");
+    int wc = opt && strcmp(opt, "1") == 0 ? wgmma_class(a->p) : -1;
+    if (wc >= 0 && wc <= 2) { /* class 3 has no wgmma backward */
+        e = fl::wg::bwd_launch_class<T, true>(wc, r.g, r.maxq, r.maxk, q, k, v, dout, lse, dd, dq,
+                                              dk, dv, ovf, 0);
+        return e == cudaSuccess ? QS_OK
+                                : cuda_fail(e, "flash wgmma backward", a->why, a->why_len);
+    }
     switch (fl::dim_class(a->p.d, a->p.dv)) {
     case 0:
         e = fl::bwd_launch<T, 0, true>(r.g, r.maxq, r.maxk, q, k, v, dout, lse, dd, dq, dk, dv, ovf,

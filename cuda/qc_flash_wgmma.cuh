@@ -243,6 +243,14 @@ template <int NB, typename E> __device__ __forceinline__ void keep(E (*d)[4])
                  "}\n"                                                                             \
                  : QC_WG_D64                                                                       \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d))
+/* m64n64k16, A and B from shared memory, both K-major (the backward's S, S^T, dP, dP^T). */
+#define QC_WG_SS_N64(TY)                                                                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                     \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " QC_WG_R32 ", "        \
+                 "%32, %33, p, 1, 1, 0, 0;\n"                                                      \
+                 "}\n"                                                                             \
+                 : QC_WG_D32                                                                       \
+                 : "l"(da), "l"(db), "r"(scale_d))
 #define QC_WG_RS_N64(TY)                                                                           \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                     \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " QC_WG_R32 ", "        \
@@ -267,6 +275,14 @@ __device__ __forceinline__ void mma_rs_n128_f16(float (*d)[4], const uint32_t *a
 {
     QC_WG_RS_N128("f16");
 }
+__device__ __forceinline__ void mma_ss_n64_bf16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    QC_WG_SS_N64("bf16");
+}
+__device__ __forceinline__ void mma_ss_n64_f16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    QC_WG_SS_N64("f16");
+}
 __device__ __forceinline__ void mma_rs_n64_bf16(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
 {
     QC_WG_RS_N64("bf16");
@@ -281,6 +297,7 @@ __device__ __forceinline__ void mma_rs_n64_f16(float (*d)[4], const uint32_t *a,
 #undef QC_WG_R64
 #undef QC_WG_R32
 #undef QC_WG_SS_N128
+#undef QC_WG_SS_N64
 #undef QC_WG_RS_N128
 #undef QC_WG_RS_N64
 
@@ -293,6 +310,14 @@ __device__ __forceinline__ void mma_ss(float (*d)[4], uint64_t da, uint64_t db, 
         mma_ss_n128_f16(d, da, db, scale_d);
     else
         mma_ss_n128_bf16(d, da, db, scale_d);
+}
+template <typename T>
+__device__ __forceinline__ void mma_ss64(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    if constexpr (std::is_same<T, __half>::value)
+        mma_ss_n64_f16(d, da, db, scale_d);
+    else
+        mma_ss_n64_bf16(d, da, db, scale_d);
 }
 template <typename T, int N>
 __device__ __forceinline__ void mma_rs(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
@@ -784,6 +809,321 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+/* ------------------------------------------------------------ the backward, classes 0-2 */
+/* [ATTN-BWD] on wgmma for classes 0-2 (d_qk <= 192, d_v <= 128), the same two passes as
+ * fl::dq_kernel and fl::dkv_kernel of cuda/qc_flash.cuh and the same arithmetic (P from lse,
+ * dS = P (dP - D), under kSplit P and dS given to the tensor cores as hi + lo, dq and dk
+ * times the scale, the overflow flag for a dS beyond T's range), so dq, dk and dv are
+ * deterministic and no pass needs atomics:
+ * - dkv_kernel: a block is two warpgroups and owns 128 keys of one KV head, 64 a
+ *   warpgroup; it streams the query tiles (64 rows, Q, dO, lse and D; two buffers loaded by
+ *   cp.async during the tile before) of every query head of the group. Per tile a warpgroup
+ *   computes S^T = K Q^T and dP^T = V dO^T (m64n64k16, both operands from shared memory,
+ *   K-major), P^T and dS^T in the accumulator layout, then dV += P^T dO and dK += dS^T Q
+ *   (A from registers, B with the transpose bit: Q and dO in their natural layout).
+ * - dq_kernel: a block owns 128 query rows, 64 a warpgroup, and streams the key tiles (64
+ *   keys, K and V): S = Q K^T, dP = dO V^T, dS, dQ += dS K.
+ * Causal: a warpgroup skips a tile whose every pair is masked. A tile of 64 keeps the
+ * accumulators and both score tiles of a thread in registers (192/128: dK 96 floats). */
+constexpr int kBwdBM = 64; /* rows of a streamed tile: query rows (dkv), keys (dq) */
+
+template <int KD, int DV> constexpr size_t bwd_smem()
+{
+    return (size_t)(kRows * KD + kRows * DV + 2 * (kBwdBM * KD + kBwdBM * DV)) * 2 +
+           2 * 2 * kBwdBM * sizeof(float) + 1024;
+}
+
+#if QC_WGMMA
+/* x[8][4] (= or +=, scale_d of the first step) A B^T over k in [0, 16 KS): A the 64 rows
+ * from row ra of a swizzled tile of RA rows, B a swizzled tile of 64 rows; both K-major.
+ * Issued, not committed. */
+template <typename T, int KS, int RA>
+__device__ __forceinline__ void abt64_issue(float (*x)[4], const T *sa, int ra, const T *sb)
+{
+    const uint64_t da0 = desc(sa + ra * 64, 16, 1024), db0 = desc(sb, 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+        mma_ss64<T>(x, desc_add<T>(da0, (kk >> 2) * (RA * 64) + (kk & 3) * 16),
+                    desc_add<T>(db0, (kk >> 2) * (kBwdBM * 64) + (kk & 3) * 16), kk > 0);
+}
+
+/* acc[N/8][4] += X B: X as A fragments hi (and lo under kSplit) of KS k steps, B a swizzled
+ * tile of R rows (the k dimension) and N columns (64, 128 or 192: n128 then n64), read with
+ * the transpose bit. Issued, not committed. */
+template <typename T, int N, int KS, int R, bool kSplit>
+__device__ __forceinline__ void xb_issue(float (*acc)[4], const uint32_t (*hi)[4],
+                                         const uint32_t (*lo)[4], const T *sb)
+{
+    static_assert(N == 64 || N == 128 || N == 192, "n64, n128 or n192");
+    const uint64_t d0 = desc(sb, R * 128, 1024);
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint64_t db = desc_add<T>(d0, kk * 16 * 64);
+        if constexpr (N >= 128) {
+            mma_rs<T, 128>(acc, hi[kk], db, 1);
+            if constexpr (kSplit)
+                mma_rs<T, 128>(acc, lo[kk], db, 1);
+        }
+        if constexpr (N % 128 == 64) {
+            uint64_t d64 = desc_add<T>(db, (N / 128) * 2 * (R * 64));
+            mma_rs<T, 64>(acc + (N / 128) * 16, hi[kk], d64, 1);
+            if constexpr (kSplit)
+                mma_rs<T, 64>(acc + (N / 128) * 16, lo[kk], d64, 1);
+        }
+    }
+}
+
+/* The backward's two score products of a warpgroup, waited for: x = A B^T over KD and dp =
+ * C D^T over DV (A and C from row ra of 128-row tiles, B and D tiles of 64 rows). */
+template <typename T, int KD, int DV>
+__device__ __forceinline__ void scores64(float (*x)[4], float (*dp)[4], const T *sa, const T *sb,
+                                         const T *sc, const T *sd, int ra)
+{
+    wg_fence();
+    abt64_issue<T, KD / 16, kRows>(x, sa, ra, sb);
+    abt64_issue<T, DV / 16, kRows>(dp, sc, ra, sd);
+    wg_commit();
+    wg_wait<0>();
+    keep<kBwdBM / 8>(x);
+    keep<kBwdBM / 8>(dp);
+}
+#endif /* QC_WGMMA */
+
+/* Rows r0 + 8 r (r 0, 1) of a thread's accumulator tile, columns 8 nb + 2 tq + e, scaled by
+ * mul and rounded to T, into out (row stride dim, columns below dim; rows below n). */
+template <typename T, int NB>
+__device__ __forceinline__ void bwd_store(const geo &g, const float (&acc)[NB][4], int row0, int n,
+                                          int64_t base, int64_t ts, int64_t heads, int64_t head,
+                                          int dim, float mul, float *out)
+{
+    int tq = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = row0 + r * 8;
+        if (row >= n)
+            continue;
+        float *orp = out + ((base + row * ts) * heads + head) * dim;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = nb * 8 + 2 * tq + e;
+                if (col < dim) {
+                    float y = acc[nb][r * 2 + e] * mul;
+                    orp[col] = g.dt == QS_FP32 ? y : ops<T>::round(y);
+                }
+            }
+    }
+}
+
+/* dk and dv of a key tile: block (128 keys, kv head, sequence). */
+template <typename T, int KD, int DV, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkv_kernel(geo g, const T *q, const T *k, const T *v, const T *dout, const float *lse,
+               const float *dd, float *dk, float *dv, int *overflow)
+{
+#if QC_WGMMA
+    constexpr int BM = kBwdBM;
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sk = align1k<T>(smraw), *sv = sk + kRows * KD, *sqd = sv + kRows * DV;
+    float *sld = reinterpret_cast<float *>(sqd + 2 * (BM * KD + BM * DV));
+    int s = blockIdx.z, hk = blockIdx.y;
+    int j0 = blockIdx.x * kRows, lq = g.len(0, s), lk = g.len(1, s);
+    if (j0 >= lk)
+        return;
+    int tid = threadIdx.x, wgi = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    int gr = lane >> 2, tq = lane & 3;
+    int64_t ts = g.tstride(), qb = g.base(0, s), kb = g.base(1, s);
+    load_sw<T, kRows, KD, kThreads>(sk, k + (kb * g.hkv + hk) * g.d, ts * g.hkv * g.d, j0, lk - j0,
+                                    g.d, tid);
+    load_sw<T, kRows, DV, kThreads>(sv, v + (kb * g.hkv + hk) * g.dv, ts * g.hkv * g.dv, j0,
+                                    lk - j0, g.dv, tid);
+    cp_commit();
+    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
+    int istart = causal ? j0 : 0; /* no query row before the first key sees it */
+    int grp = g.h / g.hkv;
+    /* the query tiles of the group's heads, one after another: tile t is head
+     * hk * grp + t / nqt, rows istart + (t % nqt) * BM */
+    int nqt = lq > istart ? (lq - istart + BM - 1) / BM : 0, nt = grp * nqt;
+    auto load_q = [&](int t, int buf) {
+        int hh = hk * grp + t / nqt, i0 = istart + (t % nqt) * BM;
+        T *bq = sqd + buf * (BM * KD + BM * DV);
+        float *bl = sld + buf * 2 * BM;
+        load_sw<T, BM, KD, kThreads>(bq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0,
+                                     g.d, tid);
+        load_sw<T, BM, DV, kThreads>(bq + BM * KD, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv,
+                                     i0, lq - i0, g.dv, tid);
+        cp_commit();
+        if (tid < BM) {
+            int64_t idx = (qb + (i0 + tid) * ts) * g.h + hh;
+            bool ok = i0 + tid < lq;
+            bl[tid] = ok ? lse[idx] * kLog2e : INFINITY; /* P 0 on padding rows */
+            bl[BM + tid] = ok ? dd[idx] : 0.0f;
+        }
+    };
+    float sl2 = g.scale * kLog2e;
+    int wkey = j0 + wgi * 64, key0 = wkey + warp * 16 + gr; /* the thread's keys: +0, +8 */
+    float ak[KD / 8][4], av[DV / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < KD / 8; nb++)
+        ak[nb][0] = ak[nb][1] = ak[nb][2] = ak[nb][3] = 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < DV / 8; nb++)
+        av[nb][0] = av[nb][1] = av[nb][2] = av[nb][3] = 0.0f;
+    bool big = false;
+    if (nt > 0)
+        load_q(0, 0);
+    for (int t = 0; t < nt; t++) {
+        int buf = t & 1, i0 = istart + (t % nqt) * BM;
+        cp_wait_n<0>();
+        fence_async_smem();
+        __syncthreads(); /* the tile has landed; every thread is done with the other buffer */
+        if (t + 1 < nt)
+            load_q(t + 1, buf ^ 1);
+        if (wkey >= lk || (causal && wkey > i0 + BM - 1))
+            continue; /* no key of the warpgroup, or each after every row of the tile */
+        const T *sq = sqd + buf * (BM * KD + BM * DV), *sdo = sq + BM * KD;
+        const float *sl = sld + buf * 2 * BM, *sd = sl + BM;
+        float x[BM / 8][4], dp[BM / 8][4];
+        scores64<T, KD, DV>(x, dp, sk, sq, sv, sdo, wgi * 64); /* S^T, dP^T */
+#pragma unroll
+        for (int nb = 0; nb < BM / 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = key0 + (e >> 1) * 8, qc = nb * 8 + 2 * tq + (e & 1);
+                /* keys past the sequence too: their zero rows would give P = e^-lse, whose
+                 * dS could raise the overflow flag for nothing */
+                bool ok = key < lk && (!causal || key <= i0 + qc);
+                float p = ok ? ex2(x[nb][e] * sl2 - sl[qc]) : 0.0f;
+                float ds = p * (dp[nb][e] - sd[qc]);
+                big |= fabsf(ds) > ops<T>::kMax;
+                x[nb][e] = p;
+                dp[nb][e] = ds;
+            }
+        uint32_t ph[BM / 16][4], pl[kSplit ? BM / 16 : 1][4];
+        uint32_t sh[BM / 16][4], slo[kSplit ? BM / 16 : 1][4];
+        to_a<T, BM / 8, kSplit>(x, ph, pl);
+        to_a<T, BM / 8, kSplit>(dp, sh, slo);
+        wg_fence();
+        xb_issue<T, DV, BM / 16, BM, kSplit>(av, ph, pl, sdo);
+        xb_issue<T, KD, BM / 16, BM, kSplit>(ak, sh, slo, sq);
+        wg_commit();
+        wg_wait<0>();
+        keep<DV / 8>(av);
+        keep<KD / 8>(ak);
+        keep<BM / 16>(ph);
+        keep<BM / 16>(sh);
+        if constexpr (kSplit) {
+            keep<BM / 16>(pl);
+            keep<BM / 16>(slo);
+        }
+    }
+    cp_wait_n<0>(); /* the K and V copies, when no query tile followed */
+    if (big)
+        atomicOr(overflow, 1);
+    bwd_store<T, KD / 8>(g, ak, key0, lk, kb, ts, g.hkv, hk, g.d, g.scale, dk);
+    bwd_store<T, DV / 8>(g, av, key0, lk, kb, ts, g.hkv, hk, g.dv, 1.0f, dv);
+#else
+    (void)g, (void)q, (void)k, (void)v, (void)dout, (void)lse, (void)dd, (void)dk, (void)dv;
+    (void)overflow;
+    __trap();
+#endif
+}
+
+/* dq of a query tile: block (128 query rows, head, sequence). */
+template <typename T, int KD, int DV, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1)
+    dq_kernel(geo g, const T *q, const T *k, const T *v, const T *dout, const float *lse,
+              const float *dd, float *dq, int *overflow)
+{
+#if QC_WGMMA
+    constexpr int BN = kBwdBM;
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sq = align1k<T>(smraw), *sdo = sq + kRows * KD, *skv = sdo + kRows * DV;
+    int s = blockIdx.z, hh = blockIdx.y;
+    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
+    int qt = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; /* longest rows first */
+    int i0 = qt * kRows, lq = g.len(0, s), lk = g.len(1, s);
+    if (i0 >= lq || lk == 0)
+        return;
+    int tid = threadIdx.x, wgi = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    int gr = lane >> 2, tq = lane & 3;
+    int hk = hh / (g.h / g.hkv);
+    int64_t ts = g.tstride(), qb = g.base(0, s);
+    const T *kg = k + (g.base(1, s) * g.hkv + hk) * g.d;
+    const T *vg = v + (g.base(1, s) * g.hkv + hk) * g.dv;
+    int64_t krs = ts * g.hkv * g.d, vrs = ts * g.hkv * g.dv;
+    load_sw<T, kRows, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0,
+                                    g.d, tid);
+    load_sw<T, kRows, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0,
+                                    lq - i0, g.dv, tid);
+    auto load_kv = [&](int j, int buf) {
+        T *bk = skv + buf * (BN * KD + BN * DV);
+        load_sw<T, BN, KD, kThreads>(bk, kg, krs, j, lk - j, g.d, tid);
+        load_sw<T, BN, DV, kThreads>(bk + BN * KD, vg, vrs, j, lk - j, g.dv, tid);
+        cp_commit();
+    };
+    int kend = causal ? min(lk, i0 + kRows) : lk;
+    float sl2 = g.scale * kLog2e;
+    int wrow = i0 + wgi * 64, row0 = wrow + warp * 16 + gr; /* the thread's rows: +0, +8 */
+    float lr[2], dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) { /* rows past the sequence: P 0 (no false overflow) */
+        int row = row0 + r * 8;
+        int64_t idx = (qb + min(row, lq - 1) * ts) * g.h + hh;
+        lr[r] = row < lq ? lse[idx] * kLog2e : INFINITY;
+        dr[r] = dd[idx];
+    }
+    float acc[KD / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < KD / 8; nb++)
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    bool big = false;
+    load_kv(0, 0); /* with Q and dO */
+    for (int j0 = 0, it = 0; j0 < kend; j0 += BN, it++) {
+        int buf = it & 1;
+        cp_wait_n<0>();
+        fence_async_smem();
+        __syncthreads();
+        if (j0 + BN < kend)
+            load_kv(j0 + BN, buf ^ 1);
+        if (wrow >= lq || (causal && j0 > wrow + 63))
+            continue; /* no row of the warpgroup, or every key of the tile after each */
+        const T *sk = skv + buf * (BN * KD + BN * DV), *sv = sk + BN * KD;
+        float x[BN / 8][4], dp[BN / 8][4];
+        scores64<T, KD, DV>(x, dp, sq, sk, sdo, sv, wgi * 64); /* S, dP */
+#pragma unroll
+        for (int nb = 0; nb < BN / 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
+                bool ok = key < lk && (!causal || key <= row);
+                float p = ok ? ex2(x[nb][e] * sl2 - lr[e >> 1]) : 0.0f;
+                float ds = p * (dp[nb][e] - dr[e >> 1]);
+                big |= fabsf(ds) > ops<T>::kMax;
+                x[nb][e] = ds;
+            }
+        uint32_t sh[BN / 16][4], slo[kSplit ? BN / 16 : 1][4];
+        to_a<T, BN / 8, kSplit>(x, sh, slo);
+        wg_fence();
+        xb_issue<T, KD, BN / 16, BN, kSplit>(acc, sh, slo, sk);
+        wg_commit();
+        wg_wait<0>();
+        keep<KD / 8>(acc);
+        keep<BN / 16>(sh);
+        if constexpr (kSplit)
+            keep<BN / 16>(slo);
+    }
+    cp_wait_n<0>();
+    if (big)
+        atomicOr(overflow, 1);
+    bwd_store<T, KD / 8>(g, acc, row0, lq, qb, ts, g.h, hh, g.d, g.scale, dq);
+#else
+    (void)g, (void)q, (void)k, (void)v, (void)dout, (void)lse, (void)dd, (void)dq, (void)overflow;
+    __trap();
+#endif
+}
+
 /* ------------------------------------------------------------ self-tests (attn_bench) */
 
 /* d[64][128] = a[64][k] b[128][k]^T over k < 16 KS (a, b row-major with 128 columns): one
@@ -938,6 +1278,61 @@ template <typename T> __global__ void __launch_bounds__(128) test_rs32(const flo
 #endif
 }
 
+/* The backward's tiles: s[64][64] = a[64..127][192] b[64][192]^T (a of 128 rows, b of 64,
+ * row-major: abt64_issue from row 64 over three panels), then o[64][192] = p[64][64]
+ * c[64][192] (P rounded to T into A fragments, c through load_sw as a tile of 64 rows, read
+ * transposed: xb_issue's n128 + n64). One warpgroup. */
+template <typename T>
+__global__ void __launch_bounds__(128)
+    test_bwd(const T *a, const T *b, const float *p, const T *c, float *s, float *o)
+{
+#if QC_WGMMA
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sa = align1k<T>(smraw), *sb = sa + 128 * 192, *sc = sb + 64 * 192;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, tq = lane & 3;
+    load_sw<T, 128, 192, 128>(sa, a, 192, 0, 128, 192, tid);
+    load_sw<T, 64, 192, 128>(sb, b, 192, 0, 64, 192, tid);
+    load_sw<T, 64, 192, 128>(sc, c, 192, 0, 64, 192, tid);
+    cp_commit();
+    cp_wait_n<0>();
+    fence_async_smem();
+    __syncthreads();
+    float x[8][4], acc[24][4];
+#pragma unroll
+    for (int nb = 0; nb < 24; nb++)
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    wg_fence();
+    abt64_issue<T, 12, 128>(x, sa, 64, sb);
+    wg_commit();
+    wg_wait<0>();
+    keep<8>(x);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = warp * 16 + gr + (e >> 1) * 8, col = nb * 8 + 2 * tq + (e & 1);
+            s[r * 64 + col] = x[nb][e];
+            x[nb][e] = p[r * 64 + col];
+        }
+    uint32_t ph[4][4], pl[1][4];
+    to_a<T, 8, false>(x, ph, pl);
+    wg_fence();
+    xb_issue<T, 192, 4, 64, false>(acc, ph, pl, sc);
+    wg_commit();
+    wg_wait<0>();
+    keep<24>(acc);
+    keep<4>(ph);
+#pragma unroll
+    for (int nb = 0; nb < 24; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[(warp * 16 + gr + (e >> 1) * 8) * 192 + nb * 8 + 2 * tq + (e & 1)] = acc[nb][e];
+#else
+    (void)a, (void)b, (void)p, (void)c, (void)s, (void)o;
+    __trap();
+#endif
+}
+
 template <int N> __global__ void probe_kernel(int *f) /* a template: no duplicate symbol */
 {
     *f = QC_WGMMA;
@@ -1027,6 +1422,51 @@ cudaError_t fwd_mla_launch(const geo &g, int maxq, const T *q, const T *k, const
     dim3 grid((maxq + kMlaRows - 1) / kMlaRows, g.h, g.b);
     kern<<<grid, kThreads, sm, st>>>(g, q, k, v, o, lse);
     return cudaGetLastError();
+}
+
+/* As fl::bwd_launch (the same preconditions), classes 0-2. */
+template <typename T, int KD, int DV, bool kSplit>
+cudaError_t bwd_launch(const geo &g, int maxq, int maxk, const T *q, const T *k, const T *v,
+                       const T *dout, const float *lse, const float *dd, float *dq, float *dk,
+                       float *dv, int *overflow, cudaStream_t st)
+{
+    auto kq = dq_kernel<T, KD, DV, kSplit>;
+    auto kkv = dkv_kernel<T, KD, DV, kSplit>;
+    size_t sm = bwd_smem<KD, DV>();
+    cudaError_t e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess || g.b <= 0)
+        return e;
+    if (maxq > 0)
+        kq<<<dim3((maxq + kRows - 1) / kRows, g.h, g.b), kThreads, sm, st>>>(g, q, k, v, dout, lse,
+                                                                            dd, dq, overflow);
+    if (maxk > 0)
+        kkv<<<dim3((maxk + kRows - 1) / kRows, g.hkv, g.b), kThreads, sm, st>>>(
+            g, q, k, v, dout, lse, dd, dk, dv, overflow);
+    return cudaGetLastError();
+}
+
+/* The same by class: 0-2 (class 3, the absorbed MLA, has no wgmma backward: the caller runs
+ * fl::bwd_launch). */
+template <typename T, bool kSplit>
+cudaError_t bwd_launch_class(int c, const geo &g, int maxq, int maxk, const T *q, const T *k,
+                             const T *v, const T *dout, const float *lse, const float *dd,
+                             float *dq, float *dk, float *dv, int *overflow, cudaStream_t st)
+{
+    switch (c) {
+    case 0:
+        return bwd_launch<T, 64, 64, kSplit>(g, maxq, maxk, q, k, v, dout, lse, dd, dq, dk, dv,
+                                             overflow, st);
+    case 1:
+        return bwd_launch<T, 128, 128, kSplit>(g, maxq, maxk, q, k, v, dout, lse, dd, dq, dk, dv,
+                                               overflow, st);
+    case 2:
+        return bwd_launch<T, 192, 128, kSplit>(g, maxq, maxk, q, k, v, dout, lse, dd, dq, dk, dv,
+                                               overflow, st);
+    default:
+        return cudaErrorInvalidValue;
+    }
 }
 
 /* The same by class (wg_class). */
