@@ -6,13 +6,15 @@
 #                   last line it printed
 #   suite.txt/.json the default suite on the plugin (reference-order kernels), --timing
 #   suite-fast.*    the same with QSPEC_CUDA_SDPA=flash QSPEC_CUDA_GDN=chunk
+#   suite-wgbwd.*   and with the wgmma flash backward too (QSPEC_CUDA_FLASH_WGMMA_BWD=1)
 #   large.txt       the large tier (fast kernels), one `qspec run --timing` per case, LARGE_JOBS
 #                   at a time, so a case cut by the budget costs only its own verdict;
 #                   large/ID.txt and large/ID.json each case's output and report
 #   torch-large/    the production-size framework cases through the PyTorch adapter
 #                   (make check-torch-large), when PYTHON has torch and torchao: the summary
 #                   and each case's log (the answers, about 300 MB a case, are removed)
-#   checks.txt      cuda/attn_check (the reference-order slots bitwise, the chunked GDN
+#   checks.txt      attn_bench --wgmma-selftest (the wgmma kernels layer by layer),
+#                   cuda/attn_check (the reference-order slots bitwise, the chunked GDN
 #                   slots against the reference), cuda/check_arith (with a GPU present, its
 #                   device half: format encoders, and the axiswise kernels against
 #                   qs_quantize) and gemm_bench's agreement rows
@@ -77,6 +79,9 @@ checks() {
             --timing --quiet --report-json "$OUT/suite.json" "$S/conformance/cases"
         step "suite (${fast[*]})" suite-fast.txt 20 env "${fast[@]}" "$Q" run --backend cuda \
             --jobs "$JOBS" --timing --quiet --report-json "$OUT/suite-fast.json" "$S/conformance/cases"
+        step "suite (${fast[*]} QSPEC_CUDA_FLASH_WGMMA_BWD=1)" suite-wgbwd.txt 10 env "${fast[@]}" \
+            QSPEC_CUDA_FLASH_WGMMA_BWD=1 "$Q" run --backend cuda --jobs "$JOBS" --quiet \
+            --report-json "$OUT/suite-wgbwd.json" "$S/conformance/cases"
     ) &
     if "$PY" -c 'import torch, torchao' >/dev/null 2>&1; then
         step "framework cases, large (PyTorch adapter)" torch-large.txt 40 \
@@ -99,6 +104,7 @@ checks() {
     wait
     rm -rf "$OUT/torch-large/answers"
     while read -r id; do cat "$OUT/large/$id.txt"; done <"$OUT/large/ids.txt" >"$OUT/large.txt"
+    step "attn_bench --wgmma-selftest" checks.txt 5 "$B/cuda/bench/attn_bench" --wgmma-selftest
     step "attn_check" checks.txt 10 "$B/cuda/attn_check" --no-timing
     step "attn_check (QSPEC_CUDA_GDN=chunk)" checks.txt 5 env QSPEC_CUDA_GDN=chunk \
         "$B/cuda/attn_check" --no-timing

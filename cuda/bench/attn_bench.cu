@@ -6,12 +6,13 @@
  * split form the plugin runs and in the single-rounding form of the peers (P and dS rounded
  * to BF16 once). TFLOP/s count the causal half: forward 2 B H S^2 (d_qk + d_v) / 2, backward
  * 2.5 times that (the convention of the FlashAttention papers and cuda/bench/attn_peer.py).
- * The Hopper wgmma forward (cuda/qc_flash_wgmma.cuh, the plugin's default forward on sm_90
- * where it fits) is checked in layers: (1) its shared-memory layout and descriptors on one
- * product S = A B^T, (2) the register-A product P V with V's layout, (3) the whole forward
- * against the reference-order slot and the mma.sync forward on small cases; then timed
- * beside the mma.sync forward ("flash-wgmma" rows), with a fingerprint of its o and lse
- * ("bits" rows) so that two builds can be compared bit for bit.
+ * The Hopper wgmma kernels (cuda/qc_flash_wgmma.cuh, the plugin's default on sm_90 where
+ * they fit: the forward of every class, the backward of classes 0-2) are checked in layers:
+ * (1) the shared-memory layout and descriptors on one product S = A B^T, (2) the register-A
+ * product P V with V's layout, (3) the whole forward and backward against the
+ * reference-order slots and the mma.sync kernels on small cases; then timed beside the
+ * mma.sync kernels ("flash-wgmma" rows), with a fingerprint of their outputs ("bits" rows)
+ * so that two builds can be compared bit for bit.
  * Usage: attn_bench [--no-timing | --wgmma-selftest | --profile d128|mla] (--wgmma-selftest:
  * layers 1-3 only; --profile: only that shape, no checks; for ncu). Needs a GPU; exit 1
  * when a check fails. */
@@ -125,48 +126,79 @@ qs_sdpa_args fwd_args(const qs_sdpa_params &p, const std::vector<float> &q,
     return a;
 }
 
+/* The outputs of one path on a case. */
+struct path_out {
+    std::vector<float> o, lse, dq, dk, dv;
+};
+
+/* The forward and backward of case c on the reference-order slots (ref) or the flash path,
+ * into r; the backward reads o_bwd (the reference's o, as the kit hands it), or its own o
+ * when o_bwd is NULL. On a failure or an FP16 fallback: a line under tag naming path, a
+ * failed check counted, false. */
+bool run_path(const char *tag, const char *path, const small_case &c, const qs_sdpa_params &p,
+              const std::vector<float> &q, const std::vector<float> &k, const std::vector<float> &v,
+              const std::vector<float> &dout, bool ref, const float *o_bwd, path_out &r)
+{
+    bool thd = c.layout == QS_ATTN_THD;
+    int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
+    r.o.assign(tq * c.h * c.dv, 0.0f);
+    r.lse.assign(tq * c.h, 0.0f);
+    r.dq.assign(tq * c.h * c.d, 0.0f);
+    r.dk.assign(tk * c.hkv * c.d, 0.0f);
+    r.dv.assign(tk * c.hkv * c.dv, 0.0f);
+    char why[256] = "";
+    qs_sdpa_args a = fwd_args(p, q, k, v, r.o.data(), r.lse.data(), why, sizeof why);
+    qs_status st = ref ? qc_slot_sdpa_fwd(nullptr, &a) : qc_flash_fwd(&a);
+    a.o = o_bwd ? const_cast<float *>(o_bwd) : r.o.data();
+    a.dout = dout.data();
+    a.dq = r.dq.data();
+    a.dk = r.dk.data();
+    a.dv = r.dv.data();
+    int fell = 0;
+    if (st == QS_OK)
+        st = ref ? qc_slot_sdpa_bwd(nullptr, &a) : qc_flash_bwd(&a, &fell);
+    if (st == QS_OK && !fell)
+        return true;
+    printf("%-8s %-40s %s: %s failed: %s%s\n", tag, c.name, p.dtype == QS_BF16 ? "bf16" : "fp16",
+           path, why, fell ? " (fp16 range)" : "");
+    g_fail++;
+    return false;
+}
+
+/* [ATTN-TOL] excess of each output of x over r: o, lse, dq, dk, dv. */
+void excesses(const path_out &x, const path_out &r, qs_dtype dt, double e[5])
+{
+    double rt = dt == QS_BF16 ? 0.016625 : 0.0029531;
+    e[0] = excess(x.o, r.o, rt);
+    e[1] = excess(x.lse, r.lse, 1e-3);
+    e[2] = excess(x.dq, r.dq, rt);
+    e[3] = excess(x.dk, r.dk, rt);
+    e[4] = excess(x.dv, r.dv, rt);
+}
+
+double worst_of(const double e[5])
+{
+    double worst = 0.0;
+    for (int i = 0; i < 5; i++)
+        worst = e[i] > worst || e[i] != e[i] ? e[i] : worst;
+    return worst;
+}
+
 /* One case: reference-order slots, then the flash path, outputs compared. */
 void check_case(const small_case &c, qs_dtype dt)
 {
     qs_sdpa_params p = case_params(c, dt);
     bool thd = c.layout == QS_ATTN_THD;
     int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
-    size_t nq = tq * c.h * c.d, nk = tk * c.hkv * c.d, nv = tk * c.hkv * c.dv;
-    size_t no = tq * c.h * c.dv, nl = tq * c.h;
-    auto q = randn(nq, dt), k = randn(nk, dt), v = randn(nv, dt), dout = randn(no, dt);
-    std::vector<float> o[2], lse[2], dq[2], dk[2], dv[2];
-    char why[256] = "";
-    for (int path = 0; path < 2; path++) {
-        o[path].assign(no, 0.0f);
-        lse[path].assign(nl, 0.0f);
-        dq[path].assign(nq, 0.0f);
-        dk[path].assign(nk, 0.0f);
-        dv[path].assign(nv, 0.0f);
-        qs_sdpa_args a = fwd_args(p, q, k, v, o[path].data(), lse[path].data(), why, sizeof why);
-        qs_status st = path == 0 ? qc_slot_sdpa_fwd(nullptr, &a) : qc_flash_fwd(&a);
-        /* both backwards read the reference-order o (the kit hands the reference's o) */
-        a.o = o[0].data();
-        a.dout = dout.data();
-        a.dq = dq[path].data();
-        a.dk = dk[path].data();
-        a.dv = dv[path].data();
-        int fell = 0;
-        if (st == QS_OK)
-            st = path == 0 ? qc_slot_sdpa_bwd(nullptr, &a) : qc_flash_bwd(&a, &fell);
-        if (st != QS_OK || fell) {
-            printf("check    %-34s %s: %s failed: %s%s\n", c.name, dt == QS_BF16 ? "bf16" : "fp16",
-                   path ? "flash" : "reference", why, fell ? " (fp16 range)" : "");
-            g_fail++;
-            return;
-        }
-    }
-    double rt = dt == QS_BF16 ? 0.016625 : 0.0029531;
-    double e[5] = {excess(o[1], o[0], rt), excess(lse[1], lse[0], 1e-3), excess(dq[1], dq[0], rt),
-                   excess(dk[1], dk[0], rt), excess(dv[1], dv[0], rt)};
-    double worst = 0.0;
-    for (double x : e)
-        worst = x > worst || x != x ? x : worst;
-    bool ok = worst <= 1.0;
+    auto q = randn(tq * c.h * c.d, dt), k = randn(tk * c.hkv * c.d, dt),
+         v = randn(tk * c.hkv * c.dv, dt), dout = randn(tq * c.h * c.dv, dt);
+    path_out r[2];
+    if (!run_path("check", "reference", c, p, q, k, v, dout, true, nullptr, r[0]) ||
+        !run_path("check", "flash", c, p, q, k, v, dout, false, r[0].o.data(), r[1]))
+        return;
+    double e[5];
+    excesses(r[1], r[0], dt, e);
+    bool ok = worst_of(e) <= 1.0;
     g_fail += !ok;
     printf("check    %-34s %s: excess over tolerance o %.3f lse %.3f dq %.3f dk %.3f dv %.3f  %s\n",
            c.name, dt == QS_BF16 ? "bf16" : "fp16", e[0], e[1], e[2], e[3], e[4],
@@ -253,22 +285,33 @@ template <typename Tt> Tt *dup(const std::vector<Tt> &x)
     return p;
 }
 
+/* want[i][j] = sum over k < kdim of A(i, k) B(k, j) in FP64, with A(i, k) = a[i lda + k] and
+ * B(k, j) = b[k bk + j bj], and tol[i][j] = 1e-5 sum |A(i, k) B(k, j)| + 1e-6 (rows x cols). */
+void ref_product(const float *a, int lda, const float *b, int bk, int bj, int rows, int cols,
+                 int kdim, std::vector<double> &want, std::vector<double> &tol)
+{
+    want.assign((size_t)rows * cols, 0.0);
+    tol.assign((size_t)rows * cols, 0.0);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            double sum = 0, mag = 0;
+            for (int kk = 0; kk < kdim; kk++) {
+                double t = (double)a[(size_t)i * lda + kk] * b[(size_t)kk * bk + (size_t)j * bj];
+                sum += t;
+                mag += fabs(t);
+            }
+            want[(size_t)i * cols + j] = sum;
+            tol[(size_t)i * cols + j] = 1e-5 * mag + 1e-6;
+        }
+}
+
 /* Layer 1: S = A B^T (64 x 128, k = 16 ks) from shared memory, against an FP64 product. */
 template <typename T> bool selftest_ss(int ks)
 {
     qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
     auto a = randn(64 * 128, dt), b = randn(128 * 128, dt);
-    std::vector<double> want(64 * 128), tol(64 * 128);
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < 128; j++) {
-            double sum = 0, mag = 0;
-            for (int kk = 0; kk < 16 * ks; kk++) {
-                sum += (double)a[i * 128 + kk] * b[j * 128 + kk];
-                mag += fabs((double)a[i * 128 + kk] * b[j * 128 + kk]);
-            }
-            want[i * 128 + j] = sum;
-            tol[i * 128 + j] = 1e-5 * mag + 1e-6;
-        }
+    std::vector<double> want, tol;
+    ref_product(a.data(), 128, b.data(), 1, 128, 64, 128, 16 * ks, want, tol);
     T *da = dup(to_t<T>(a)), *db = dup(to_t<T>(b));
     float *dd = dalloc<float>(64 * 128);
     BENCH_CHECK(cudaMemset(dd, 0xFF, 64 * 128 * sizeof(float))); /* NaN: unwritten shows */
@@ -294,17 +337,8 @@ template <typename T, int N> bool selftest_rs()
 {
     qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
     auto p = randn(64 * 128, dt), v = randn(128 * N, dt);
-    std::vector<double> want(64 * N), tol(64 * N);
-    for (int i = 0; i < 64; i++)
-        for (int j = 0; j < N; j++) {
-            double sum = 0, mag = 0;
-            for (int kk = 0; kk < 128; kk++) {
-                sum += (double)p[i * 128 + kk] * v[kk * N + j];
-                mag += fabs((double)p[i * 128 + kk] * v[kk * N + j]);
-            }
-            want[i * N + j] = sum;
-            tol[i * N + j] = 1e-5 * mag + 1e-6;
-        }
+    std::vector<double> want, tol;
+    ref_product(p.data(), 128, v.data(), N, 1, 64, N, 128, want, tol);
     float *dp = dup(p);
     T *dv = dup(to_t<T>(v));
     float *dd = dalloc<float>(64 * N);
@@ -333,27 +367,9 @@ template <typename T> bool selftest_mla()
     const int KD = 576, DV = 512;
     auto a = randn(64 * KD, dt), b = randn(32 * KD, dt), p = randn(64 * 32, dt),
          v = randn(32 * DV, dt);
-    std::vector<double> want_s(64 * 32), tol_s(64 * 32), want_o(64 * DV), tol_o(64 * DV);
-    for (int i = 0; i < 64; i++) {
-        for (int j = 0; j < 32; j++) {
-            double sum = 0, mag = 0;
-            for (int kk = 0; kk < KD; kk++) {
-                sum += (double)a[i * KD + kk] * b[j * KD + kk];
-                mag += fabs((double)a[i * KD + kk] * b[j * KD + kk]);
-            }
-            want_s[i * 32 + j] = sum;
-            tol_s[i * 32 + j] = 1e-5 * mag + 1e-6;
-        }
-        for (int j = 0; j < DV; j++) {
-            double sum = 0, mag = 0;
-            for (int kk = 0; kk < 32; kk++) {
-                sum += (double)p[i * 32 + kk] * v[kk * DV + j];
-                mag += fabs((double)p[i * 32 + kk] * v[kk * DV + j]);
-            }
-            want_o[i * DV + j] = sum;
-            tol_o[i * DV + j] = 1e-5 * mag + 1e-6;
-        }
-    }
+    std::vector<double> want_s, tol_s, want_o, tol_o;
+    ref_product(a.data(), KD, b.data(), 1, KD, 64, 32, KD, want_s, tol_s);
+    ref_product(p.data(), 32, v.data(), DV, 1, 64, DV, 32, want_o, tol_o);
     T *da = dup(to_t<T>(a)), *db = dup(to_t<T>(b)), *dv = dup(to_t<T>(v));
     float *dp = dup(p), *ds = dalloc<float>(64 * 32), *dout = dalloc<float>(64 * DV);
     BENCH_CHECK(cudaMemset(ds, 0xFF, 64 * 32 * sizeof(float))); /* NaN: unwritten shows */
@@ -381,44 +397,79 @@ template <typename T> bool selftest_mla()
     return ok;
 }
 
-/* Layer 3: the forward of the plugin's flash path with the wgmma kernel and with the
- * mma.sync kernels (QSPEC_CUDA_FLASH_WGMMA=0), each against the reference-order slot. */
+/* Layers 1 and 2 for the backward's tiles (test_bwd): S = A B^T (64 x 64, k = 192, A the
+ * second 64 rows of a 128-row tile) and O = P C (64 x 192, k = 64, C a 64-row tile read
+ * transposed), against FP64 products. */
+template <typename T> bool selftest_bwd()
+{
+    qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
+    const int K = 192;
+    auto a = randn(128 * K, dt), b = randn(64 * K, dt), p = randn(64 * 64, dt),
+         c = randn(64 * K, dt);
+    std::vector<double> want_s, tol_s, want_o, tol_o;
+    ref_product(a.data() + 64 * K, K, b.data(), 1, K, 64, 64, K, want_s, tol_s);
+    ref_product(p.data(), 64, c.data(), K, 1, 64, K, 64, want_o, tol_o);
+    T *da = dup(to_t<T>(a)), *db = dup(to_t<T>(b)), *dc = dup(to_t<T>(c));
+    float *dp = dup(p), *ds = dalloc<float>(64 * 64), *dout = dalloc<float>(64 * K);
+    BENCH_CHECK(cudaMemset(ds, 0xFF, 64 * 64 * sizeof(float))); /* NaN: unwritten shows */
+    BENCH_CHECK(cudaMemset(dout, 0xFF, 64 * K * sizeof(float)));
+    size_t sm = (128 * K + 2 * 64 * K) * 2 + 1024;
+    BENCH_CHECK(cudaFuncSetAttribute(qc::fl::wg::test_bwd<T>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    qc::fl::wg::test_bwd<T><<<1, 128, sm>>>(da, db, dp, dc, ds, dout);
+    BENCH_CHECK(cudaGetLastError());
+    BENCH_CHECK(cudaDeviceSynchronize());
+    std::vector<float> got_s(64 * 64), got_o(64 * K);
+    BENCH_CHECK(cudaMemcpy(got_s.data(), ds, got_s.size() * 4, cudaMemcpyDeviceToHost));
+    BENCH_CHECK(cudaMemcpy(got_o.data(), dout, got_o.size() * 4, cudaMemcpyDeviceToHost));
+    char what[96];
+    snprintf(what, sizeof what, "1 bwd smem x smem 64x64x192 (rows 64+) %s", tname<T>());
+    bool ok = report(what, got_s, want_s, tol_s, 64, 64);
+    snprintf(what, sizeof what, "2 bwd regs x smem(transposed) 64x192x64 %s", tname<T>());
+    ok &= report(what, got_o, want_o, tol_o, 64, K);
+    for (void *x : {(void *)da, (void *)db, (void *)dc, (void *)dp, (void *)ds, (void *)dout})
+        cudaFree(x);
+    return ok;
+}
+
+/* Layer 3: the forward and backward of the plugin's flash path with the wgmma kernels and
+ * with the mma.sync kernels (QSPEC_CUDA_FLASH_WGMMA=0), each against the reference-order
+ * slots (the backwards read the reference's o, as the kit hands it). The absorbed class has
+ * a wgmma forward only: its backward is the mma.sync one on both paths. */
 void check_wgmma_case(const small_case &c, qs_dtype dt)
 {
     qs_sdpa_params p = case_params(c, dt);
     bool thd = c.layout == QS_ATTN_THD;
     int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
-    size_t nq = tq * c.h * c.d, nk = tk * c.hkv * c.d, nv = tk * c.hkv * c.dv;
-    size_t no = tq * c.h * c.dv, nl = tq * c.h;
-    auto q = randn(nq, dt), k = randn(nk, dt), v = randn(nv, dt);
-    std::vector<float> o[3], lse[3];
-    char why[256] = "";
-    bool took = false;
-    const char *dname = dt == QS_BF16 ? "bf16" : "fp16";
-    for (int path = 0; path < 3; path++) { /* reference, mma.sync, wgmma */
-        o[path].assign(no, 0.0f);
-        lse[path].assign(nl, 0.0f);
-        qs_sdpa_args a = fwd_args(p, q, k, v, o[path].data(), lse[path].data(), why, sizeof why);
+    auto q = randn(tq * c.h * c.d, dt), k = randn(tk * c.hkv * c.d, dt),
+         v = randn(tk * c.hkv * c.dv, dt), dout = randn(tq * c.h * c.dv, dt);
+    path_out r[3];
+    bool took = false, ok = true;
+    for (int path = 0; path < 3 && ok; path++) { /* reference, mma.sync, wgmma */
         setenv("QSPEC_CUDA_FLASH_WGMMA", path == 2 ? "1" : "0", 1);
-        if (path == 2)
+        setenv("QSPEC_CUDA_FLASH_WGMMA_BWD", path == 2 ? "1" : "0", 1);
+        if (path == 2) {
+            char why[8];
+            qs_sdpa_args a = fwd_args(p, q, k, v, nullptr, nullptr, why, sizeof why);
             took = qc_flash_wgmma_takes(&a);
-        qs_status st = path == 0 ? qc_slot_sdpa_fwd(nullptr, &a) : qc_flash_fwd(&a);
-        if (st != QS_OK) {
-            printf("wgmma    %-40s %s: %s failed: %s\n", c.name, dname,
-                   path == 0 ? "reference" : path == 1 ? "mma.sync" : "wgmma", why);
-            g_fail++;
-            unsetenv("QSPEC_CUDA_FLASH_WGMMA");
-            return;
         }
+        ok = run_path("wgmma", path == 0 ? "reference" : path == 1 ? "mma.sync" : "wgmma", c, p, q,
+                      k, v, dout, path == 0, path ? r[0].o.data() : nullptr, r[path]);
     }
     unsetenv("QSPEC_CUDA_FLASH_WGMMA");
-    double rt = dt == QS_BF16 ? 0.016625 : 0.0029531;
-    double eo = excess(o[2], o[0], rt), el = excess(lse[2], lse[0], 1e-3);
-    double mo = excess(o[1], o[0], rt), ml = excess(lse[1], lse[0], 1e-3);
-    bool ok = took && eo <= 1.0 && el <= 1.0;
+    unsetenv("QSPEC_CUDA_FLASH_WGMMA_BWD");
+    if (!ok)
+        return;
+    double e[2][5];
+    excesses(r[1], r[0], dt, e[0]);
+    excesses(r[2], r[0], dt, e[1]);
+    ok = took && worst_of(e[1]) <= 1.0;
     g_fail += !ok;
-    printf("wgmma    %-40s %s: %s excess o %.3f lse %.3f (mma.sync: o %.3f lse %.3f)  %s\n",
-           c.name, dname, took ? "wgmma" : "NOT TAKEN", eo, el, mo, ml, ok ? "ok" : "FAIL");
+    printf("wgmma    %-40s %s: %s excess o %.3f lse %.3f dq %.3f dk %.3f dv %.3f (mma.sync: o %.3f "
+           "lse %.3f dq %.3f dk %.3f dv %.3f)  %s\n",
+           c.name, dt == QS_BF16 ? "bf16" : "fp16", took ? "wgmma" : "NOT TAKEN", e[1][0], e[1][1],
+           e[1][2], e[1][3], e[1][4], e[0][0], e[0][1], e[0][2], e[0][3], e[0][4],
+           ok ? "ok" : "FAIL");
     fflush(stdout);
 }
 
@@ -479,8 +530,10 @@ void wgmma_selftest()
     ok &= selftest_rs<__half, 64>();
     ok &= selftest_mla<__nv_bfloat16>();
     ok &= selftest_mla<__half>();
+    ok &= selftest_bwd<__nv_bfloat16>();
+    ok &= selftest_bwd<__half>();
     if (!ok) {
-        printf("selftest layers 1-2 failing: the forward (layer 3) is not run\n");
+        printf("selftest layers 1-2 failing: layer 3 is not run\n");
         g_fail++;
         return;
     }
@@ -644,6 +697,52 @@ template <int C> void time_shape(const char *name, int b, int s, int h, int hkv,
         cudaFree(ow);
         cudaFree(lw);
         cudaFree(lm);
+    }
+    if (wc >= 0 && wc <= 2 && qc::fl::wg::available()) {
+        /* the wgmma backward (classes 0-2) beside them, from the same lse and D (of the
+         * mma.sync split forward, o[0]), then its gradients against the mma.sync split's */
+        BENCH_CHECK((fl::fwd_launch<bf, C, true>(g, s, q, k, v, o[0], lse, 0)));
+        fl::dsum_kernel<bf><<<(unsigned)((nl + 7) / 8), 256>>>((int64_t)nl, dv, o[0], dout, dd);
+        BENCH_CHECK((fl::bwd_launch<bf, C, true>(g, s, s, q, k, v, dout, lse, dd, grad[0][0],
+                                                 grad[0][1], grad[0][2], ovf, 0)));
+        float *gw[3] = {dalloc<float>(nq), dalloc<float>(nk), dalloc<float>(nv)};
+        unsigned long long bits[2] = {0, 0};
+        for (int m = 1; m >= 0; m--) { /* single, then split (left in gw) */
+            auto bwd = [&] {
+                if (m == 0)
+                    BENCH_CHECK((fl::wg::bwd_launch_class<bf, true>(
+                        wc, g, s, s, q, k, v, dout, lse, dd, gw[0], gw[1], gw[2], ovf, 0)));
+                else
+                    BENCH_CHECK((fl::wg::bwd_launch_class<bf, false>(
+                        wc, g, s, s, q, k, v, dout, lse, dd, gw[0], gw[1], gw[2], ovf, 0)));
+            };
+            float mb = 0.0f;
+            for (int pass = 0; pass < 2; pass++) {
+                int reps = pass == 0 ? 1 : 5;
+                BENCH_CHECK(cudaEventRecord(e0));
+                for (int r = 0; r < reps; r++)
+                    bwd();
+                BENCH_CHECK(cudaEventRecord(e1));
+                BENCH_CHECK(cudaEventSynchronize(e1));
+                BENCH_CHECK(cudaEventElapsedTime(&mb, e0, e1));
+                mb /= reps;
+            }
+            BENCH_CHECK(cudaDeviceSynchronize());
+            bits[m] = dev_hash(gw[0], nq * 4) ^ dev_hash(gw[1], nk * 4) ^ dev_hash(gw[2], nv * 4);
+            printf("time     %-40s %-8s flash-wgmma bwd %8.3f ms %6.1f TFLOP/s (dq and dkv "
+                   "passes; D not included)\n",
+                   name, m == 0 ? "split" : "single", mb, 2.5 * fl_fwd / mb / 1e9);
+            fflush(stdout);
+        }
+        printf("accuracy %-40s flash-wgmma bwd split vs mma.sync split: rel. RMS dq %.2e dk %.2e "
+               "dv %.2e\n",
+               name, rel_rms(gw[0], grad[0][0], nq), rel_rms(gw[1], grad[0][1], nk),
+               rel_rms(gw[2], grad[0][2], nv));
+        printf("bits     %-40s flash-wgmma dq, dk, dv: split %016llx single %016llx\n", name,
+               bits[0], bits[1]);
+        fflush(stdout);
+        for (float *x : gw)
+            cudaFree(x);
     }
     for (int m = 0; m < 2; m++) {
         cudaFree(o[m]);
