@@ -154,8 +154,7 @@ qs_status bwd_any(const flash_req &r, const qs_sdpa_args *a, const T *q, const T
     if (wc >= 0 && wc <= 2) { /* class 3 has no wgmma backward */
         e = fl::wg::bwd_launch_class<T, true>(wc, r.g, r.maxq, r.maxk, q, k, v, dout, lse, dd, dq,
                                               dk, dv, ovf, 0);
-        return e == cudaSuccess ? QS_OK
-                                : cuda_fail(e, "flash wgmma backward", a->why, a->why_len);
+        return e == cudaSuccess ? QS_OK : cuda_fail(e, "flash wgmma backward", a->why, a->why_len);
     }
     switch (fl::dim_class(a->p.d, a->p.dv)) {
     case 0:

@@ -11,8 +11,12 @@
 #ifndef QC_FLASH_CUH
 #define QC_FLASH_CUH
 
+#ifdef QC_EMU
+#include "emu/qc_emu.h" /* on the CPU, to check the kernels' logic (cuda/emu/qc_emu.h) */
+#else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 
@@ -70,10 +74,15 @@ template <> struct ops<__nv_bfloat16> {
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1)
     {
+#ifdef QC_EMU
+        (void)c, (void)a, (void)b0, (void)b1;
+        emu::not_emulated("mma.sync");
+#else
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
                      "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
     }
     static constexpr float kMax = 3.0e38f; /* no overflow to guard against */
 };
@@ -90,43 +99,72 @@ template <> struct ops<__half> {
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1)
     {
+#ifdef QC_EMU
+        (void)c, (void)a, (void)b0, (void)b1;
+        emu::not_emulated("mma.sync");
+#else
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
                      "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
     }
     static constexpr float kMax = 65504.0f; /* a larger dS would become inf */
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
+#ifdef QC_EMU
+    return emu::smem_offset(p);
+#else
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+#endif
 }
 __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
 {
+#ifdef QC_EMU
+    (void)r, (void)p;
+    emu::not_emulated("ldmatrix");
+#else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
+#endif
 }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p)
 {
+#ifdef QC_EMU
+    (void)r, (void)p;
+    emu::not_emulated("ldmatrix");
+#else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
+#endif
 }
 __device__ __forceinline__ float ex2(float x)
 {
+#ifdef QC_EMU
+    return exp2f(x);
+#else
     float y;
     asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+#endif
 }
 __device__ __forceinline__ void cp16(void *s, const void *g)
 {
+#ifdef QC_EMU
+    memcpy(s, g, 16);
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(s)), "l"(g));
+#endif
 }
 __device__ __forceinline__ void cp_wait()
 {
+#ifndef QC_EMU /* the emulator's copies are done */
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+#endif
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -654,6 +692,7 @@ template <class S> constexpr size_t dkv_smem()
     return dq_smem<S>() + S::NBUF * 2 * S::BN * sizeof(float);
 }
 
+#ifndef QC_EMU /* the emulator launches kernels with qc::emu::launch */
 /* The forward of every query row: o [tq, h, dv] (FP32, rounded to g.dt), lse [tq, h] (may
  * be NULL) must be preset to 0 and -inf (rows with no key keep them). maxq: the longest
  * query sequence. */
@@ -704,6 +743,8 @@ cudaError_t bwd_launch(const geo &g, int maxq, int maxk, const T *q, const T *k,
     }
     return cudaGetLastError();
 }
+
+#endif
 
 } // namespace fl
 } // namespace qc

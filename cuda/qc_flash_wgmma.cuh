@@ -40,7 +40,7 @@
 
 #include "qc_flash.cuh"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(QC_EMU) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
 #define QC_WGMMA 1
 #else
 #define QC_WGMMA 0
@@ -63,6 +63,7 @@ template <int R> __device__ __forceinline__ int sw_off(int r, int c)
     return (c >> 6) * (R * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3);
 }
 
+#ifndef QC_EMU
 /* 16 bytes global -> shared, or 16 zero bytes when !ok (src is then not read). */
 __device__ __forceinline__ void cp16z(void *s, const void *g, bool ok)
 {
@@ -122,6 +123,48 @@ __device__ __forceinline__ void nb_arrive(int id)
 {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
+#else /* the same on the CPU (cuda/emu/qc_emu.h): copies done at once */
+inline void cp16z(void *s, const void *g, bool ok)
+{
+    if (ok)
+        memcpy(s, g, 16);
+    else
+        memset(s, 0, 16);
+}
+inline void cp_commit()
+{
+}
+template <int N> inline void cp_wait_n()
+{
+}
+inline void fence_async_smem()
+{
+}
+inline void mb_init(uint64_t *b, int count)
+{
+    emu::mb_init(b, static_cast<unsigned>(count));
+}
+inline void mb_arrive(uint64_t *b)
+{
+    emu::mb_arrive(b);
+}
+inline void mb_arrive_cp(uint64_t *b)
+{
+    emu::mb_arrive(b);
+}
+inline void mb_wait(uint64_t *b, int parity)
+{
+    emu::mb_wait(b, parity);
+}
+inline void nb_sync(int id)
+{
+    emu::named_sync(id);
+}
+inline void nb_arrive(int id)
+{
+    emu::named_arrive(id);
+}
+#endif
 
 /* Rows [0, R) x columns [0, C) of a swizzled tile from global rows r0 + r (row stride rs
  * elements) for r < valid and columns c < dim (dim, rs multiples of 8, g 16-byte aligned);
@@ -177,6 +220,7 @@ __device__ __forceinline__ uint64_t desc(const void *p, uint32_t lbo, uint32_t s
  * bits of the low word in 16-byte units, and a shared-memory address stays below 2^18, so the
  * sum never carries out of its field (off * sizeof(T) a multiple of 16). One addition, where
  * desc() takes about ten instructions. */
+#ifndef QC_EMU
 template <typename T> __device__ __forceinline__ uint64_t desc_add(uint64_t d, int off)
 {
     uint32_t lo = static_cast<uint32_t>(d) + static_cast<uint32_t>(off * sizeof(T) / 16);
@@ -207,6 +251,28 @@ __device__ __forceinline__ void keep1(uint32_t &x)
 {
     asm volatile("" : "+r"(x));
 }
+#else /* the same on the CPU (cuda/emu/qc_emu.h): a wgmma completes when issued */
+template <typename T> inline uint64_t desc_add(uint64_t d, int off)
+{
+    uint32_t lo = static_cast<uint32_t>(d) + static_cast<uint32_t>(off * sizeof(T) / 16);
+    return (d >> 32 << 32) | lo;
+}
+inline void wg_fence()
+{
+}
+inline void wg_commit()
+{
+}
+template <int N> inline void wg_wait()
+{
+}
+inline void keep1(float &)
+{
+}
+inline void keep1(uint32_t &)
+{
+}
+#endif
 template <int NB, typename E> __device__ __forceinline__ void keep(E (*d)[4])
 {
 #pragma unroll
@@ -216,7 +282,7 @@ template <int NB, typename E> __device__ __forceinline__ void keep(E (*d)[4])
             keep1(d[i][e]);
 }
 
-#if QC_WGMMA
+#if QC_WGMMA && !defined(QC_EMU)
 /* The accumulator operands of a wgmma: fragment rows 0..7 or 0..15 of d, four floats each. */
 #define QC_WG_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 #define QC_WG_D32                                                                                  \
@@ -245,7 +311,7 @@ template <int NB, typename E> __device__ __forceinline__ void keep(E (*d)[4])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d))
 /* m64n64k16, A and B from shared memory, both K-major (the backward's S, S^T, dP, dP^T). */
 #define QC_WG_SS_N64(TY)                                                                           \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                      \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " QC_WG_R32 ", "        \
                  "%32, %33, p, 1, 1, 0, 0;\n"                                                      \
                  "}\n"                                                                             \
@@ -275,7 +341,8 @@ __device__ __forceinline__ void mma_rs_n128_f16(float (*d)[4], const uint32_t *a
 {
     QC_WG_RS_N128("f16");
 }
-__device__ __forceinline__ void mma_ss_n64_bf16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+__device__ __forceinline__ void mma_ss_n64_bf16(float (*d)[4], uint64_t da, uint64_t db,
+                                                int scale_d)
 {
     QC_WG_SS_N64("bf16");
 }
@@ -300,6 +367,22 @@ __device__ __forceinline__ void mma_rs_n64_f16(float (*d)[4], const uint32_t *a,
 #undef QC_WG_SS_N64
 #undef QC_WG_RS_N128
 #undef QC_WG_RS_N64
+#elif QC_WGMMA /* the same on the CPU (cuda/emu/qc_emu.h) */
+#define QC_WG_EMU(NAME, FN, T, N, A)                                                               \
+    inline void NAME(float(*d)[4], A a, uint64_t db, int scale_d)                                  \
+    {                                                                                              \
+        emu::FN<T, N>(d, a, db, scale_d);                                                          \
+    }
+QC_WG_EMU(mma_ss_n128_bf16, wg_ss, __nv_bfloat16, 128, uint64_t)
+QC_WG_EMU(mma_ss_n128_f16, wg_ss, __half, 128, uint64_t)
+QC_WG_EMU(mma_ss_n64_bf16, wg_ss, __nv_bfloat16, 64, uint64_t)
+QC_WG_EMU(mma_ss_n64_f16, wg_ss, __half, 64, uint64_t)
+QC_WG_EMU(mma_rs_n128_bf16, wg_rs, __nv_bfloat16, 128, const uint32_t *)
+QC_WG_EMU(mma_rs_n128_f16, wg_rs, __half, 128, const uint32_t *)
+QC_WG_EMU(mma_rs_n64_bf16, wg_rs, __nv_bfloat16, 64, const uint32_t *)
+QC_WG_EMU(mma_rs_n64_f16, wg_rs, __half, 64, const uint32_t *)
+#endif
+#if QC_WGMMA
 
 /* The wgmma calls of a type: S (m64n128k16, A and B from shared memory, both K-major) and
  * O (m64n{128,64}k16, A from registers, B from shared memory with the transpose bit). */
@@ -644,7 +727,7 @@ constexpr size_t mla_smem()
 }
 static_assert(mla_smem() <= 227 * 1024, "the absorbed-MLA forward's shared memory");
 
-#if QC_WGMMA
+#if QC_WGMMA && !defined(QC_EMU)
 #define QC_WG_D16 "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),      \
         "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), \
         "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
@@ -667,6 +750,12 @@ __device__ __forceinline__ void mma_ss_n32_f16(float (*d)[4], uint64_t da, uint6
 }
 #undef QC_WG_D16
 #undef QC_WG_SS_N32
+#elif QC_WGMMA /* the same on the CPU */
+QC_WG_EMU(mma_ss_n32_bf16, wg_ss, __nv_bfloat16, 32, uint64_t)
+QC_WG_EMU(mma_ss_n32_f16, wg_ss, __half, 32, uint64_t)
+#undef QC_WG_EMU
+#endif
+#if QC_WGMMA
 template <typename T>
 __device__ __forceinline__ void mma_ss32(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
 {
@@ -1053,8 +1142,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const T *kg = k + (g.base(1, s) * g.hkv + hk) * g.d;
     const T *vg = v + (g.base(1, s) * g.hkv + hk) * g.dv;
     int64_t krs = ts * g.hkv * g.d, vrs = ts * g.hkv * g.dv;
-    load_sw<T, kRows, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0,
-                                    g.d, tid);
+    load_sw<T, kRows, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0, g.d,
+                                    tid);
     load_sw<T, kRows, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0,
                                     lq - i0, g.dv, tid);
     auto load_kv = [&](int j, int buf) {
@@ -1333,6 +1422,7 @@ __global__ void __launch_bounds__(128)
 #endif
 }
 
+#ifndef QC_EMU /* the emulator launches kernels with qc::emu::launch */
 template <int N> __global__ void probe_kernel(int *f) /* a template: no duplicate symbol */
 {
     *f = QC_WGMMA;
@@ -1375,6 +1465,8 @@ inline bool available()
     return known[dev] == 1;
 }
 
+#endif
+
 /* The class of (d, dv) (0: 64/64, 1: 128/128, 2: 192/128, 3: 576/512), or -1 when none fits or the
  * request is outside what the kernels do (d, dv multiples of 8; a positive scale). */
 inline int wg_class(int d, int dv, float scale)
@@ -1392,6 +1484,7 @@ inline int wg_class(int d, int dv, float scale)
     return -1;
 }
 
+#ifndef QC_EMU
 /* As fl::fwd_launch: o and lse preset to 0 and -inf; maxq the longest query sequence. */
 template <typename T, int KD, int DV, bool kSplit>
 cudaError_t fwd_launch(const geo &g, int maxq, const T *q, const T *k, const T *v, float *o,
@@ -1440,7 +1533,7 @@ cudaError_t bwd_launch(const geo &g, int maxq, int maxk, const T *q, const T *k,
         return e;
     if (maxq > 0)
         kq<<<dim3((maxq + kRows - 1) / kRows, g.h, g.b), kThreads, sm, st>>>(g, q, k, v, dout, lse,
-                                                                            dd, dq, overflow);
+                                                                             dd, dq, overflow);
     if (maxk > 0)
         kkv<<<dim3((maxk + kRows - 1) / kRows, g.hkv, g.b), kThreads, sm, st>>>(
             g, q, k, v, dout, lse, dd, dk, dv, overflow);
@@ -1487,6 +1580,7 @@ cudaError_t fwd_launch_class(int c, const geo &g, int maxq, const T *q, const T 
         return cudaErrorInvalidValue;
     }
 }
+#endif
 
 } // namespace wg
 } // namespace fl

@@ -443,6 +443,7 @@ void check_wgmma_case(const small_case &c, qs_dtype dt)
     int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
     auto q = randn(tq * c.h * c.d, dt), k = randn(tk * c.hkv * c.d, dt),
          v = randn(tk * c.hkv * c.dv, dt), dout = randn(tq * c.h * c.dv, dt);
+    static const char *const kPath[3] = {"reference", "mma.sync", "wgmma"};
     path_out r[3];
     bool took = false, ok = true;
     for (int path = 0; path < 3 && ok; path++) { /* reference, mma.sync, wgmma */
@@ -453,8 +454,8 @@ void check_wgmma_case(const small_case &c, qs_dtype dt)
             qs_sdpa_args a = fwd_args(p, q, k, v, nullptr, nullptr, why, sizeof why);
             took = qc_flash_wgmma_takes(&a);
         }
-        ok = run_path("wgmma", path == 0 ? "reference" : path == 1 ? "mma.sync" : "wgmma", c, p, q,
-                      k, v, dout, path == 0, path ? r[0].o.data() : nullptr, r[path]);
+        ok = run_path("wgmma", kPath[path], c, p, q, k, v, dout, path == 0,
+                      path ? r[0].o.data() : nullptr, r[path]);
     }
     unsetenv("QSPEC_CUDA_FLASH_WGMMA");
     unsetenv("QSPEC_CUDA_FLASH_WGMMA_BWD");

@@ -1,0 +1,538 @@
+/* qc_emu.h: the flash kernels of cuda/qc_flash.cuh and cuda/qc_flash_wgmma.cuh compiled as
+ * host C++ and run on the CPU, to check their logic (tiling, masks, loop bounds, barriers,
+ * the shared-memory layouts and wgmma descriptors) where no GPU is at hand. Defining QC_EMU
+ * before including those headers makes them include this one instead of CUDA's: a kernel is
+ * then an ordinary function, and qc::emu::launch runs it block by block, each block's
+ * threads as fibers (ucontext) taking turns on one host thread, switching only where a
+ * thread waits (a barrier, an mbarrier, a warp or warpgroup exchange). The instructions the
+ * kernels use are given by their PTX meaning:
+ * - cp.async copies at once (so a commit/wait is a no-op and an mbarrier's cp arrival is an
+ *   arrival); fence.proxy.async and the wgmma fence/commit/wait are no-ops;
+ * - mbarriers count arrivals per phase; bar.sync/bar.arrive of a named barrier and
+ *   __syncthreads are generation barriers; a shuffle exchanges values through the warp;
+ * - wgmma m64nNk16 (FP32 accumulation) reads its shared-memory operands through the
+ *   descriptor: 128-byte swizzle only, element (row r, k) of a K-major operand at byte
+ *   start + (r / 8) SBO + (r % 8) 128 + 2 k, element (k, n) of a transposed ("MN-major") B
+ *   at start + (n / 64) LBO + (k / 8) SBO + (k % 8) 128 + 2 (n % 64), each address then
+ *   swizzled (bits 4-6 ^= bits 7-9); A from registers in the m16n8k16 fragment layout, one
+ *   warp's 16 rows a warp. mma.sync and ldmatrix (the mma.sync kernels) are not emulated:
+ *   they stop the program.
+ * Results are not the GPU's bits (the products are summed in another order) and timings
+ * mean nothing; a thread that waits for ever is reported (every fiber waiting, no progress)
+ * and the program stops. A block's shared memory is one static buffer (blocks run one after
+ * another); it is the wgmma kernels' (qc::fl::wg::smraw), so this header goes into one
+ * program source only. */
+#ifndef QC_EMU_H
+#define QC_EMU_H
+
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n)
+#define __shared__
+
+/* ------------------------------------------------------------------ 16-bit types */
+struct __nv_bfloat16 {
+    uint16_t x;
+    __nv_bfloat16() = default;
+    __nv_bfloat16(float f) : x(from(f))
+    {
+    }
+    operator float() const
+    {
+        uint32_t u = static_cast<uint32_t>(x) << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    static uint16_t from(float f) /* round to nearest even; NaN stays NaN */
+    {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+            return static_cast<uint16_t>((u >> 16) | 0x40);
+        u += 0x7FFFu + ((u >> 16) & 1u);
+        return static_cast<uint16_t>(u >> 16);
+    }
+};
+struct __half {
+    uint16_t x;
+    __half() = default;
+    __half(float f) : x(from(f))
+    {
+    }
+    operator float() const
+    {
+        uint32_t s = (x >> 15) & 1u, e = (x >> 10) & 0x1Fu, m = x & 0x3FFu;
+        float v = e == 0    ? std::ldexp(static_cast<float>(m), -24)
+                  : e == 31 ? (m ? NAN : INFINITY)
+                            : std::ldexp(static_cast<float>(m | 0x400u), static_cast<int>(e) - 25);
+        return s ? -v : v;
+    }
+    static uint16_t from(float f) /* round to nearest even, overflow to infinity */
+    {
+        uint16_t s = std::signbit(f) ? 0x8000 : 0;
+        float a = std::fabs(f);
+        if (std::isnan(f))
+            return 0x7E00;
+        if (a >= 65520.0f)
+            return s | 0x7C00;
+        if (a < 0x1p-14f) { /* subnormal: multiples of 2^-24 */
+            float q = std::nearbyint(a * 0x1p24f);
+            return s | static_cast<uint16_t>(q);
+        }
+        int ex;
+        float fr = std::frexp(a, &ex);                /* a = fr 2^ex, fr in [0.5, 1) */
+        float q = std::nearbyint(std::ldexp(fr, 11)); /* 11 significant bits */
+        if (q >= 2048.0f) {
+            q = 1024.0f;
+            ex++;
+        }
+        return s | static_cast<uint16_t>(((ex + 14) << 10) | (static_cast<int>(q) - 1024));
+    }
+};
+struct __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+struct __half2 {
+    __half x, y;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f)
+{
+    return __nv_bfloat16(f);
+}
+inline float __bfloat162float(__nv_bfloat16 b)
+{
+    return static_cast<float>(b);
+}
+inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi)
+{
+    return __nv_bfloat162{__nv_bfloat16(lo), __nv_bfloat16(hi)};
+}
+inline __half __float2half_rn(float f)
+{
+    return __half(f);
+}
+inline float __half2float(__half h)
+{
+    return static_cast<float>(h);
+}
+inline __half2 __floats2half2_rn(float lo, float hi)
+{
+    return __half2{__half(lo), __half(hi)};
+}
+struct uint4 {
+    unsigned x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
+{
+    return uint4{x, y, z, w};
+}
+struct float2 {
+    float x, y;
+};
+inline float2 make_float2(float x, float y)
+{
+    return float2{x, y};
+}
+inline float __fadd_rn(float a, float b)
+{
+    return a + b;
+}
+inline float __fmaf_rn(float a, float b, float c)
+{
+    return std::fmaf(a, b, c);
+}
+inline int min(int a, int b)
+{
+    return a < b ? a : b;
+}
+inline int max(int a, int b)
+{
+    return a > b ? a : b;
+}
+[[noreturn]] inline void __trap()
+{
+    fprintf(stderr, "qc_emu: __trap\n");
+    abort();
+}
+
+namespace qc
+{
+namespace fl
+{
+namespace wg
+{
+/* the shared memory of the running block: the wgmma kernels declare it (extern smraw[]) */
+alignas(1024) unsigned char smraw[232448];
+} // namespace wg
+} // namespace fl
+
+namespace emu
+{
+
+struct uint3e {
+    unsigned x, y, z;
+};
+
+constexpr size_t kSmem = sizeof fl::wg::smraw;
+constexpr unsigned char *g_smem = fl::wg::smraw;
+
+struct barrier {
+    unsigned count = 0, gen = 0;
+};
+struct mbar {
+    unsigned expected = 0, pending = 0, phase = 0;
+};
+
+struct fiber {
+    ucontext_t ctx;
+    uint3e tid;
+    bool done = false;
+};
+
+/* The running block: its fibers, the scheduler's context, barriers and exchange slots. */
+struct block_rt {
+    std::vector<fiber> f;
+    ucontext_t sched;
+    unsigned cur = 0, nthreads = 0;
+    unsigned long progress = 0;
+    std::function<void()> body;
+    barrier sync, named[16];
+    std::vector<barrier> warp;
+    std::vector<uint32_t> slot; /* 4 words a thread */
+    std::map<const void *, mbar> mbars;
+};
+inline block_rt *&rt()
+{
+    static block_rt *r = nullptr;
+    return r;
+}
+inline uint3e g_block, g_grid, g_dim;
+
+inline const uint3e &thread_idx()
+{
+    return rt()->f[rt()->cur].tid;
+}
+inline void yield()
+{
+    block_rt *r = rt();
+    swapcontext(&r->f[r->cur].ctx, &r->sched);
+}
+template <class F> void wait_until(F cond)
+{
+    while (!cond())
+        yield();
+}
+inline void arrive(barrier &b, unsigned n)
+{
+    rt()->progress++;
+    if (++b.count == n) {
+        b.count = 0;
+        b.gen++;
+    }
+}
+inline void arrive_wait(barrier &b, unsigned n)
+{
+    unsigned g = b.gen;
+    arrive(b, n);
+    wait_until([&] { return b.gen != g; });
+}
+inline unsigned flat_tid()
+{
+    const uint3e &t = thread_idx();
+    return t.x + g_dim.x * (t.y + g_dim.y * t.z);
+}
+inline void syncthreads()
+{
+    arrive_wait(rt()->sync, rt()->nthreads);
+}
+inline void warp_sync()
+{
+    arrive_wait(rt()->warp[flat_tid() / 32], 32);
+}
+/* the values v[0..n) of every lane of this warp, exchanged: lane l's at out + 4 l */
+inline const uint32_t *warp_exchange(const uint32_t *v, int n)
+{
+    unsigned t = flat_tid();
+    memcpy(&rt()->slot[4 * t], v, n * sizeof(uint32_t));
+    warp_sync();
+    return &rt()->slot[4 * (t & ~31u)];
+}
+template <typename V> V shfl(V v, int src_lane)
+{
+    uint32_t w;
+    static_assert(sizeof(V) == 4, "32-bit values");
+    memcpy(&w, &v, 4);
+    const uint32_t *all = warp_exchange(&w, 1);
+    V r;
+    memcpy(&r, all + 4 * (src_lane & 31), 4);
+    warp_sync(); /* the slots are free again */
+    return r;
+}
+
+/* mbarriers */
+inline void mb_init(const void *b, unsigned count)
+{
+    rt()->mbars[b] = mbar{count, count, 0};
+    rt()->progress++;
+}
+inline void mb_arrive(const void *b)
+{
+    auto it = rt()->mbars.find(b);
+    if (it == rt()->mbars.end()) {
+        fprintf(stderr, "qc_emu: arrival on an mbarrier never initialized\n");
+        abort();
+    }
+    rt()->progress++;
+    if (--it->second.pending == 0) {
+        it->second.pending = it->second.expected;
+        it->second.phase++;
+    }
+}
+inline void mb_wait(const void *b, int parity)
+{
+    wait_until([&] { return (rt()->mbars[b].phase & 1u) != static_cast<unsigned>(parity & 1); });
+}
+inline void named_sync(int id)
+{
+    arrive_wait(id ? rt()->named[id] : rt()->sync, rt()->nthreads);
+}
+inline void named_arrive(int id)
+{
+    arrive(id ? rt()->named[id] : rt()->sync, rt()->nthreads);
+}
+
+inline uint32_t smem_offset(const void *p)
+{
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    if (c < g_smem || c >= g_smem + kSmem) {
+        fprintf(stderr, "qc_emu: a shared-memory address outside the block's shared memory\n");
+        abort();
+    }
+    return static_cast<uint32_t>(c - g_smem);
+}
+
+/* wgmma operands: an element of a K-major operand (row r, column k < 16) or of a transposed
+ * B (row k < 16, column n), through the descriptor */
+template <typename T> float sw_elem(uint32_t addr)
+{
+    addr ^= ((addr >> 7) & 7u) << 4;
+    if (addr + sizeof(T) > kSmem) {
+        fprintf(stderr, "qc_emu: a wgmma operand past the shared memory\n");
+        abort();
+    }
+    T v;
+    memcpy(&v, g_smem + addr, sizeof(T));
+    return static_cast<float>(v);
+}
+inline void check_desc(uint64_t d)
+{
+    if ((d >> 62) != 1) {
+        fprintf(stderr, "qc_emu: a wgmma descriptor without the 128-byte swizzle\n");
+        abort();
+    }
+}
+template <typename T> float kmajor(uint64_t d, int r, int k)
+{
+    uint32_t start = static_cast<uint32_t>(d & 0x3FFF) << 4;
+    uint32_t sbo = static_cast<uint32_t>((d >> 32) & 0x3FFF) << 4;
+    return sw_elem<T>(start + (r >> 3) * sbo + (r & 7) * 128 + 2 * k);
+}
+template <typename T> float mnmajor(uint64_t d, int k, int n)
+{
+    uint32_t start = static_cast<uint32_t>(d & 0x3FFF) << 4;
+    uint32_t lbo = static_cast<uint32_t>((d >> 16) & 0x3FFF) << 4;
+    uint32_t sbo = static_cast<uint32_t>((d >> 32) & 0x3FFF) << 4;
+    return sw_elem<T>(start + (n >> 6) * lbo + (k >> 3) * sbo + (k & 7) * 128 + 2 * (n & 63));
+}
+template <typename T> float half_of(uint32_t w, int hi)
+{
+    uint16_t b = static_cast<uint16_t>(hi ? w >> 16 : w & 0xFFFF);
+    T v;
+    memcpy(&v, &b, 2);
+    return static_cast<float>(v);
+}
+
+/* d[N/8][4] (= or +=) A B over k < 16 for this thread's accumulator elements: A (64 x 16)
+ * K-major through da, B (N x 16) K-major through db. */
+template <typename T, int N> void wg_ss(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    check_desc(da);
+    check_desc(db);
+    unsigned t = flat_tid() & 127;
+    int warp = t >> 5, gr = (t & 31) >> 2, tq = t & 3;
+    for (int nb = 0; nb < N / 8; nb++)
+        for (int e = 0; e < 4; e++) {
+            int row = warp * 16 + gr + 8 * (e >> 1), col = nb * 8 + 2 * tq + (e & 1);
+            float acc = scale_d ? d[nb][e] : 0.0f;
+            for (int k = 0; k < 16; k++)
+                acc += kmajor<T>(da, row, k) * kmajor<T>(db, col, k);
+            d[nb][e] = acc;
+        }
+}
+/* The same with A from registers (fragments a[4] of each lane: rows g, g + 8, columns 2t,
+ * 2t + 1 and 8 more) and B (16 x N) transposed through db. */
+template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+{
+    check_desc(db);
+    const uint32_t *all = warp_exchange(a, 4);
+    unsigned t = flat_tid() & 127;
+    int gr = (t & 31) >> 2, tq = t & 3;
+    float arow[2][16];
+    for (int q = 0; q < 4; q++) /* lane gr * 4 + q holds columns 2q, 2q + 1, 2q + 8, 2q + 9 */
+        for (int h = 0; h < 2; h++) {
+            const uint32_t *f = all + 4 * (gr * 4 + q);
+            arow[h][2 * q] = half_of<T>(f[h], 0);
+            arow[h][2 * q + 1] = half_of<T>(f[h], 1);
+            arow[h][2 * q + 8] = half_of<T>(f[2 + h], 0);
+            arow[h][2 * q + 9] = half_of<T>(f[2 + h], 1);
+        }
+    for (int nb = 0; nb < N / 8; nb++)
+        for (int e = 0; e < 4; e++) {
+            int col = nb * 8 + 2 * tq + (e & 1);
+            float acc = scale_d ? d[nb][e] : 0.0f;
+            for (int k = 0; k < 16; k++)
+                acc += arow[e >> 1][k] * mnmajor<T>(db, k, col);
+            d[nb][e] = acc;
+        }
+    warp_sync(); /* the slots are free again */
+}
+
+[[noreturn]] inline void not_emulated(const char *what)
+{
+    fprintf(stderr, "qc_emu: %s is not emulated\n", what);
+    abort();
+}
+
+/* the stack of fiber i, kept from block to block */
+inline char *fiber_stack(unsigned i, size_t size)
+{
+    static std::vector<std::vector<char>> pool;
+    while (pool.size() <= i)
+        pool.emplace_back(size);
+    return pool[i].data();
+}
+
+inline void trampoline();
+/* f ready to run trampoline on stack st, back to link when it returns (not inlined: the
+ * caller's locals stay clear of getcontext) */
+__attribute__((noinline)) inline void make_fiber(fiber &f, char *st, size_t size, ucontext_t *link)
+{
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = st;
+    f.ctx.uc_stack.ss_size = size;
+    f.ctx.uc_link = link;
+    makecontext(&f.ctx, trampoline, 0);
+}
+
+inline void trampoline()
+{
+    block_rt *r = rt();
+    r->body();
+    r->f[r->cur].done = true;
+    r->progress++;
+}
+
+/* Runs kernel(args...) over grid x block threads (block.x * block.y * block.z <= 1024), the
+ * blocks one after another, the shared memory zeroed before each. Returns false (and says
+ * where) when the threads of a block wait for one another for ever. */
+template <typename K, typename... A> bool launch(uint3e grid, uint3e block, K kernel, A... args)
+{
+    const size_t kStack = 256 * 1024;
+    g_grid = grid;
+    g_dim = block;
+    unsigned n = block.x * block.y * block.z;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                g_block = uint3e{bx, by, bz};
+                memset(g_smem, 0, kSmem);
+                block_rt r;
+                r.nthreads = n;
+                r.f.resize(n);
+                r.warp.resize((n + 31) / 32);
+                r.slot.assign(4 * n, 0);
+                r.body = [&] { kernel(args...); };
+                rt() = &r;
+                for (unsigned i = 0; i < n; i++) {
+                    fiber &f = r.f[i];
+                    f.tid = uint3e{i % block.x, (i / block.x) % block.y, i / (block.x * block.y)};
+                    make_fiber(f, fiber_stack(i, kStack), kStack, &r.sched);
+                }
+                unsigned left = n;
+                while (left) {
+                    unsigned long before = r.progress;
+                    left = 0;
+                    for (unsigned i = 0; i < n; i++) {
+                        if (r.f[i].done)
+                            continue;
+                        r.cur = i;
+                        swapcontext(&r.sched, &r.f[i].ctx);
+                        left += !r.f[i].done;
+                    }
+                    if (left && r.progress == before) {
+                        fprintf(stderr,
+                                "qc_emu: block (%u, %u, %u): %u threads wait for ever (a barrier "
+                                "or an mbarrier that no thread completes)\n",
+                                bx, by, bz, left);
+                        rt() = nullptr;
+                        return false;
+                    }
+                }
+                rt() = nullptr;
+            }
+    return true;
+}
+
+} // namespace emu
+} // namespace qc
+
+#define threadIdx (::qc::emu::thread_idx())
+#define blockIdx  (::qc::emu::g_block)
+#define gridDim   (::qc::emu::g_grid)
+#define blockDim  (::qc::emu::g_dim)
+
+inline void __syncthreads()
+{
+    qc::emu::syncthreads();
+}
+template <typename V> inline V __shfl_xor_sync(unsigned, V v, int m)
+{
+    return qc::emu::shfl(v, static_cast<int>(threadIdx.x & 31) ^ m);
+}
+template <typename V> inline V __shfl_sync(unsigned, V v, int src)
+{
+    return qc::emu::shfl(v, src);
+}
+inline int __any_sync(unsigned, int pred)
+{
+    uint32_t w = pred != 0;
+    const uint32_t *all = qc::emu::warp_exchange(&w, 1);
+    int any = 0;
+    for (int l = 0; l < 32; l++)
+        any |= all[4 * l] != 0;
+    qc::emu::warp_sync();
+    return any;
+}
+inline int atomicOr(int *p, int v)
+{
+    int old = *p;
+    *p |= v;
+    return old;
+}
+
+#endif
