@@ -9,8 +9,8 @@
  * one (d <= 192, dv <= 128, or the absorbed-MLA class d <= 576, dv <= 512; both multiples of
  * 8, a positive scale) on a device of compute capability 9.0, unless
  * QSPEC_CUDA_FLASH_WGMMA=0 (then, and for every other request, the mma.sync kernels of
- * cuda/qc_flash.cuh). The backward of classes 0-2 runs the wgmma kernels under the same
- * conditions and QSPEC_CUDA_FLASH_WGMMA_BWD=1 only: they have not yet run on a GPU
+ * cuda/qc_flash.cuh). The backward runs the wgmma kernels under the same conditions and
+ * QSPEC_CUDA_FLASH_WGMMA_BWD=1 only: they have not yet run on a GPU
  * (cuda/bench/attn_bench checks them), so the mma.sync backward stays the default. */
 #include <math.h>
 #include <stdlib.h>
@@ -151,7 +151,7 @@ qs_status bwd_any(const flash_req &r, const qs_sdpa_args *a, const T *q, const T
     cudaError_t e;
     const char *opt = getenv("QSPEC_CUDA_FLASH_WGMMA_BWD");
     int wc = opt && strcmp(opt, "1") == 0 ? wgmma_class(a->p) : -1;
-    if (wc >= 0 && wc <= 2) { /* class 3 has no wgmma backward */
+    if (wc >= 0) {
         e = fl::wg::bwd_launch_class<T, true>(wc, r.g, r.maxq, r.maxk, q, k, v, dout, lse, dd, dq,
                                               dk, dv, ovf, 0);
         return e == cudaSuccess ? QS_OK : cuda_fail(e, "flash wgmma backward", a->why, a->why_len);

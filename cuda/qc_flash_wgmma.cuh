@@ -978,12 +978,13 @@ __device__ __forceinline__ void scores64(float (*x)[4], float (*dp)[4], const T 
 }
 #endif /* QC_WGMMA */
 
-/* Rows r0 + 8 r (r 0, 1) of a thread's accumulator tile, columns 8 nb + 2 tq + e, scaled by
- * mul and rounded to T, into out (row stride dim, columns below dim; rows below n). */
+/* Rows r0 + 8 r (r 0, 1) of a thread's accumulator tile, columns col0 + 8 nb + 2 tq + e (nb
+ * < nbs), scaled by mul and rounded to T, into out (row stride dim, columns below dim; rows
+ * below n). */
 template <typename T, int NB>
-__device__ __forceinline__ void bwd_store(const geo &g, const float (&acc)[NB][4], int row0, int n,
-                                          int64_t base, int64_t ts, int64_t heads, int64_t head,
-                                          int dim, float mul, float *out)
+__device__ __forceinline__ void
+bwd_store(const geo &g, const float (&acc)[NB][4], int row0, int n, int64_t base, int64_t ts,
+          int64_t heads, int64_t head, int dim, float mul, float *out, int col0 = 0, int nbs = NB)
 {
     int tq = threadIdx.x & 3;
 #pragma unroll
@@ -996,8 +997,8 @@ __device__ __forceinline__ void bwd_store(const geo &g, const float (&acc)[NB][4
         for (int nb = 0; nb < NB; nb++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                int col = nb * 8 + 2 * tq + e;
-                if (col < dim) {
+                int col = col0 + nb * 8 + 2 * tq + e;
+                if (nb < nbs && col < dim) {
                     float y = acc[nb][r * 2 + e] * mul;
                     orp[col] = g.dt == QS_FP32 ? y : ops<T>::round(y);
                 }
@@ -1209,6 +1210,336 @@ __global__ void __launch_bounds__(kThreads, 1)
     bwd_store<T, KD / 8>(g, acc, row0, lq, qb, ts, g.h, hh, g.d, g.scale, dq);
 #else
     (void)g, (void)q, (void)k, (void)v, (void)dout, (void)lse, (void)dd, (void)dq, (void)overflow;
+    __trap();
+#endif
+}
+
+/* ------------------------------------------------------------ the absorbed-MLA backward */
+/* [ATTN-BWD] for class 3 (d_qk <= 576, d_v <= 512), the same two passes and arithmetic as
+ * the kernels above. The accumulators of 576 and 512 columns do not fit one warpgroup, so
+ * both warpgroups of a block hold the same 64 rows and split the columns at 64-column panels
+ * (a transposed B operand starts at a panel): the first warpgroup 256 of dQ or dK and 256 of
+ * dV, the second the other 320 and 256. Both need the whole score tiles, 64 x 32:
+ * - dq_mla_kernel: block (64 query rows, head, sequence), key tiles of 32. The first
+ *   warpgroup computes S = Q K^T (36 k steps), the second dP = dO V^T (32), each hands its
+ *   tile to the other through shared memory; both then form the same P and dS (the same
+ *   operations on the same values) and add dS K to their columns of dQ.
+ * - dkv_mla_kernel: block (64 keys, kv head, sequence x {dV, dK}), query tiles of 32 of every
+ *   head of the group. For dV only S^T = K Q^T is needed: each warpgroup computes half of its
+ *   k steps (the even or the odd ones) and the two partial sums are added in one order; for
+ *   dK, S^T and dP^T = V dO^T as in dq_mla_kernel.
+ * Shared memory: dq 220 KiB (Q, dO, one K and one V tile, the exchange), dkv 220 KiB (K, V,
+ * one Q and one dO tile, the exchange); the next V tile of the dq pass loads while dS K
+ * computes, the other loads wait for the tile before them. */
+constexpr int kMlaBM = 32;                   /* the streamed tile's rows */
+constexpr int kMlaC0 = 256;                  /* the first warpgroup's columns of dQ, dK, dV */
+constexpr int kMlaXs = kMlaBM / 8 * 4 * 128; /* floats of one warpgroup's 64 x 32 tile */
+constexpr size_t mla_dq_smem()
+{
+    return (size_t)(kMlaRows * kMlaKD + kMlaRows * kMlaDV + kMlaBM * kMlaKD + kMlaBM * kMlaDV) * 2 +
+           2 * kMlaXs * sizeof(float) + 1024;
+}
+constexpr size_t mla_dkv_smem()
+{
+    return mla_dq_smem() + 2 * kMlaBM * sizeof(float);
+}
+static_assert(mla_dkv_smem() <= 227 * 1024, "the absorbed-MLA backward's shared memory");
+
+#if QC_WGMMA
+/* x[4][4] = A B^T over all k steps [0, KS): A a swizzled tile of 64 rows, B one of 32 rows.
+ * Issued and committed, not waited for. */
+template <typename T, int KS>
+__device__ __forceinline__ void ab32_issue(float (*x)[4], const T *sa, const T *sb)
+{
+    const uint64_t da0 = desc(sa, 16, 1024), db0 = desc(sb, 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+        mma_ss32<T>(x, desc_add<T>(da0, (kk >> 2) * (kMlaRows * 64) + (kk & 3) * 16),
+                    desc_add<T>(db0, (kk >> 2) * (kMlaBM * 64) + (kk & 3) * 16), kk > 0);
+    wg_commit();
+}
+
+/* acc[8 NP][4] += X B over the 32 rows of a swizzled tile B (two k steps), columns of the NP
+ * panels from panel p0 (n128 a pair of panels, n64 the last odd one). Issued, not committed. */
+template <typename T, int NP, bool kSplit>
+__device__ __forceinline__ void xb32_issue(float (*acc)[4], const uint32_t (*hi)[4],
+                                           const uint32_t (*lo)[4], const T *sb, int p0)
+{
+    const uint64_t d0 = desc(sb + p0 * (kMlaBM * 64), kMlaBM * 128, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kMlaBM / 16; kk++) {
+#pragma unroll
+        for (int pp = 0; pp < NP / 2; pp++) {
+            uint64_t db = desc_add<T>(d0, 2 * pp * (kMlaBM * 64) + kk * 16 * 64);
+            mma_rs<T, 128>(acc + 16 * pp, hi[kk], db, 1);
+            if constexpr (kSplit)
+                mma_rs<T, 128>(acc + 16 * pp, lo[kk], db, 1);
+        }
+        if constexpr (NP % 2) {
+            uint64_t db = desc_add<T>(d0, (NP - 1) * (kMlaBM * 64) + kk * 16 * 64);
+            mma_rs<T, 64>(acc + 8 * (NP - 1), hi[kk], db, 1);
+            if constexpr (kSplit)
+                mma_rs<T, 64>(acc + 8 * (NP - 1), lo[kk], db, 1);
+        }
+    }
+}
+
+/* The two warpgroups' 64 x 32 tiles exchanged: this thread's x into mine (thread t of its
+ * warpgroup), a block barrier, its twin's into y. */
+template <int NB>
+__device__ __forceinline__ void swap_tiles(const float (*x)[4], float (*y)[4], float *mine,
+                                           const float *twin, int t)
+{
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            mine[(nb * 4 + e) * 128 + t] = x[nb][e];
+    __syncthreads(); /* both tiles are written */
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            y[nb][e] = twin[(nb * 4 + e) * 128 + t];
+}
+
+/* acc += X B for this warpgroup's columns of a 576-column B (the first warpgroup panels 0-3,
+ * the second 4-8), committed and waited for. */
+template <typename T, bool kSplit>
+__device__ __forceinline__ void xb32_cols(float (*acc)[4], const uint32_t (*hi)[4],
+                                          const uint32_t (*lo)[4], const T *sb, int wgi)
+{
+    wg_fence();
+    if (wgi == 0)
+        xb32_issue<T, kMlaC0 / 64, kSplit>(acc, hi, lo, sb, 0);
+    else
+        xb32_issue<T, (kMlaKD - kMlaC0) / 64, kSplit>(acc, hi, lo, sb, kMlaC0 / 64);
+    wg_commit();
+    wg_wait<0>();
+}
+#endif /* QC_WGMMA */
+
+/* dq of a query tile: block (64 query rows, head, sequence). */
+template <typename T, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1)
+    dq_mla_kernel(geo g, const T *q, const T *k, const T *v, const T *dout, const float *lse,
+                  const float *dd, float *dq, int *overflow)
+{
+#if QC_WGMMA
+    constexpr int KD = kMlaKD, DV = kMlaDV, BN = kMlaBM, NB = BN / 8;
+    constexpr int NC = (KD - kMlaC0) / 8; /* 8-column blocks of the larger share */
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sq = align1k<T>(smraw), *sdo = sq + kMlaRows * KD, *sk = sdo + kMlaRows * DV;
+    T *sv = sk + BN * KD;
+    float *xch = reinterpret_cast<float *>(sv + BN * DV); /* [2][NB * 4][128] */
+    int s = blockIdx.z, hh = blockIdx.y;
+    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
+    int qt = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; /* longest rows first */
+    int i0 = qt * kMlaRows, lq = g.len(0, s), lk = g.len(1, s);
+    if (i0 >= lq || lk == 0)
+        return;
+    int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    int gr = lane >> 2, tq = lane & 3;
+    int hk = hh / (g.h / g.hkv);
+    int64_t ts = g.tstride(), qb = g.base(0, s);
+    const T *kg = k + (g.base(1, s) * g.hkv + hk) * g.d;
+    const T *vg = v + (g.base(1, s) * g.hkv + hk) * g.dv;
+    int64_t krs = ts * g.hkv * g.d, vrs = ts * g.hkv * g.dv;
+    load_sw<T, kMlaRows, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0,
+                                       g.d, tid);
+    load_sw<T, kMlaRows, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0,
+                                       lq - i0, g.dv, tid);
+    int kend = causal ? min(lk, i0 + kMlaRows) : lk;
+    load_sw<T, BN, KD, kThreads>(sk, kg, krs, 0, lk, g.d, tid);
+    load_sw<T, BN, DV, kThreads>(sv, vg, vrs, 0, lk, g.dv, tid);
+    cp_commit();
+    float sl2 = g.scale * kLog2e;
+    int row0 = i0 + warp * 16 + gr; /* both warpgroups hold all 64 rows */
+    float lr[2], dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) { /* rows past the sequence: P 0 */
+        int row = row0 + r * 8;
+        int64_t idx = (qb + min(row, lq - 1) * ts) * g.h + hh;
+        lr[r] = row < lq ? lse[idx] * kLog2e : INFINITY;
+        dr[r] = dd[idx];
+    }
+    float acc[NC][4];
+#pragma unroll
+    for (int nb = 0; nb < NC; nb++)
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    bool big = false;
+    float *mine = xch + wgi * kMlaXs, *twin = xch + (1 - wgi) * kMlaXs;
+    for (int j0 = 0; j0 < kend; j0 += BN) {
+        cp_wait_n<0>();
+        fence_async_smem();
+        __syncthreads(); /* K_j and V_j have landed (and Q, dO) */
+        float x[NB][4], y[NB][4];
+        wg_fence();
+        if (wgi == 0)
+            ab32_issue<T, KD / 16>(x, sq, sk); /* S */
+        else
+            ab32_issue<T, DV / 16>(x, sdo, sv); /* dP */
+        wg_wait<0>();
+        keep<NB>(x);
+        swap_tiles<NB>(x, y, mine, twin, t);
+        if (j0 + BN < kend) { /* V_j is no longer read */
+            load_sw<T, BN, DV, kThreads>(sv, vg, vrs, j0 + BN, lk - j0 - BN, g.dv, tid);
+            cp_commit();
+        }
+        float ds[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
+                bool ok = key < lk && (!causal || key <= row);
+                float sc = wgi == 0 ? x[nb][e] : y[nb][e], dp = wgi == 0 ? y[nb][e] : x[nb][e];
+                float p = ok ? ex2(sc * sl2 - lr[e >> 1]) : 0.0f;
+                ds[nb][e] = p * (dp - dr[e >> 1]);
+                big |= fabsf(ds[nb][e]) > ops<T>::kMax;
+            }
+        uint32_t sh[BN / 16][4], slo[kSplit ? BN / 16 : 1][4];
+        to_a<T, NB, kSplit>(ds, sh, slo);
+        xb32_cols<T, kSplit>(acc, sh, slo, sk, wgi);
+        keep<NC>(acc);
+        keep<BN / 16>(sh);
+        if constexpr (kSplit)
+            keep<BN / 16>(slo);
+        __syncthreads(); /* K_j and the exchange are no longer read */
+        if (j0 + BN < kend) {
+            load_sw<T, BN, KD, kThreads>(sk, kg, krs, j0 + BN, lk - j0 - BN, g.d, tid);
+            cp_commit();
+        }
+    }
+    cp_wait_n<0>();
+    if (big)
+        atomicOr(overflow, 1);
+    bwd_store<T, NC>(g, acc, row0, lq, qb, ts, g.h, hh, g.d, g.scale, dq, wgi ? kMlaC0 : 0,
+                     wgi ? NC : kMlaC0 / 8);
+#else
+    (void)g, (void)q, (void)k, (void)v, (void)dout, (void)lse, (void)dd, (void)dq, (void)overflow;
+    __trap();
+#endif
+}
+
+/* dv (blockIdx.z even) or dk (odd) of a key tile: block (64 keys, kv head, 2 x sequence). */
+template <typename T, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkv_mla_kernel(geo g, const T *q, const T *k, const T *v, const T *dout, const float *lse,
+                   const float *dd, float *dk, float *dv, int *overflow)
+{
+#if QC_WGMMA
+    constexpr int KD = kMlaKD, DV = kMlaDV, BM = kMlaBM, NB = BM / 8;
+    constexpr int NC = (KD - kMlaC0) / 8; /* 8-column blocks of the larger dK share */
+    extern __shared__ __align__(1024) unsigned char smraw[];
+    T *sk = align1k<T>(smraw), *sv = sk + kMlaRows * KD, *sq = sv + kMlaRows * DV;
+    T *sdo = sq + BM * KD;
+    float *xch = reinterpret_cast<float *>(sdo + BM * DV); /* [2][NB * 4][128] */
+    float *sl = xch + 2 * kMlaXs, *sd = sl + BM;
+    int s = blockIdx.z >> 1, hk = blockIdx.y;
+    bool kmode = blockIdx.z & 1;
+    int j0 = blockIdx.x * kMlaRows, lq = g.len(0, s), lk = g.len(1, s);
+    if (j0 >= lk)
+        return;
+    int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    int gr = lane >> 2, tq = lane & 3;
+    int64_t ts = g.tstride(), qb = g.base(0, s), kb = g.base(1, s);
+    load_sw<T, kMlaRows, KD, kThreads>(sk, k + (kb * g.hkv + hk) * g.d, ts * g.hkv * g.d, j0,
+                                       lk - j0, g.d, tid);
+    if (kmode)
+        load_sw<T, kMlaRows, DV, kThreads>(sv, v + (kb * g.hkv + hk) * g.dv, ts * g.hkv * g.dv, j0,
+                                           lk - j0, g.dv, tid);
+    cp_commit();
+    bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
+    int istart = causal ? j0 : 0;
+    int grp = g.h / g.hkv;
+    int nqt = lq > istart ? (lq - istart + BM - 1) / BM : 0, nt = grp * nqt;
+    float sl2 = g.scale * kLog2e;
+    int key0 = j0 + warp * 16 + gr; /* both warpgroups hold all 64 keys */
+    float acc[NC][4];
+#pragma unroll
+    for (int nb = 0; nb < NC; nb++)
+        acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    bool big = false;
+    float *mine = xch + wgi * kMlaXs, *twin = xch + (1 - wgi) * kMlaXs;
+    for (int tt = 0; tt < nt; tt++) {
+        int hh = hk * grp + tt / nqt, i0 = istart + (tt % nqt) * BM;
+        /* the tile into the one buffer: every thread is done with the one before */
+        load_sw<T, BM, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0,
+                                     g.d, tid);
+        load_sw<T, BM, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0,
+                                     lq - i0, g.dv, tid);
+        cp_commit();
+        if (tid < BM) {
+            int64_t idx = (qb + (i0 + tid) * ts) * g.h + hh;
+            bool ok = i0 + tid < lq;
+            sl[tid] = ok ? lse[idx] * kLog2e : INFINITY; /* P 0 on padding rows */
+            sd[tid] = ok ? dd[idx] : 0.0f;
+        }
+        cp_wait_n<0>();
+        fence_async_smem();
+        __syncthreads();
+        float x[NB][4], y[NB][4];
+        wg_fence();
+        if (!kmode)
+            qk32_issue<T, kMlaKS>(x, sk, sq, wgi); /* half of S^T's k steps */
+        else if (wgi == 0)
+            ab32_issue<T, KD / 16>(x, sk, sq); /* S^T */
+        else
+            ab32_issue<T, DV / 16>(x, sv, sdo); /* dP^T */
+        wg_wait<0>();
+        keep<NB>(x);
+        swap_tiles<NB>(x, y, mine, twin, t);
+        float st[NB][4]; /* S^T: the sum in one order (dV), or the first warpgroup's (dK) */
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                st[nb][e] = !kmode     ? (wgi == 0 ? __fadd_rn(x[nb][e], y[nb][e])
+                                                   : __fadd_rn(y[nb][e], x[nb][e]))
+                            : wgi == 0 ? x[nb][e]
+                                       : y[nb][e];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = key0 + (e >> 1) * 8, qc = nb * 8 + 2 * tq + (e & 1);
+                bool ok = key < lk && (!causal || key <= i0 + qc);
+                float p = ok ? ex2(st[nb][e] * sl2 - sl[qc]) : 0.0f;
+                if (kmode) { /* dS^T = P^T (dP^T - D) */
+                    float dp = wgi == 0 ? y[nb][e] : x[nb][e];
+                    p *= dp - sd[qc];
+                    big |= fabsf(p) > ops<T>::kMax;
+                }
+                st[nb][e] = p;
+            }
+        uint32_t ah[BM / 16][4], al[kSplit ? BM / 16 : 1][4];
+        to_a<T, NB, kSplit>(st, ah, al);
+        if (kmode) {
+            xb32_cols<T, kSplit>(acc, ah, al, sq, wgi);
+        } else {
+            wg_fence();
+            pv32_issue<T, (DV / 2) / 128, kSplit>(acc, ah, al, sdo, wgi * (DV / 2));
+            wg_wait<0>();
+        }
+        keep<NC>(acc);
+        keep<BM / 16>(ah);
+        if constexpr (kSplit)
+            keep<BM / 16>(al);
+        __syncthreads(); /* the tile and the exchange are no longer read */
+    }
+    cp_wait_n<0>(); /* the K and V copies, when no query tile followed */
+    if (big)
+        atomicOr(overflow, 1);
+    if (kmode)
+        bwd_store<T, NC>(g, acc, key0, lk, kb, ts, g.hkv, hk, g.d, g.scale, dk, wgi ? kMlaC0 : 0,
+                         wgi ? NC : kMlaC0 / 8);
+    else
+        bwd_store<T, NC>(g, acc, key0, lk, kb, ts, g.hkv, hk, g.dv, 1.0f, dv, wgi * (DV / 2),
+                         DV / 2 / 8);
+#else
+    (void)g, (void)q, (void)k, (void)v, (void)dout, (void)lse, (void)dd, (void)dk, (void)dv;
+    (void)overflow;
     __trap();
 #endif
 }
@@ -1540,8 +1871,30 @@ cudaError_t bwd_launch(const geo &g, int maxq, int maxk, const T *q, const T *k,
     return cudaGetLastError();
 }
 
-/* The same by class: 0-2 (class 3, the absorbed MLA, has no wgmma backward: the caller runs
- * fl::bwd_launch). */
+/* As bwd_launch, class 3 (dq_mla_kernel, dkv_mla_kernel). */
+template <typename T, bool kSplit>
+cudaError_t bwd_mla_launch(const geo &g, int maxq, int maxk, const T *q, const T *k, const T *v,
+                           const T *dout, const float *lse, const float *dd, float *dq, float *dk,
+                           float *dv, int *overflow, cudaStream_t st)
+{
+    auto kq = dq_mla_kernel<T, kSplit>;
+    auto kkv = dkv_mla_kernel<T, kSplit>;
+    size_t smq = mla_dq_smem(), smk = mla_dkv_smem();
+    cudaError_t e = cudaFuncSetAttribute(kq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smq);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kkv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smk);
+    if (e != cudaSuccess || g.b <= 0)
+        return e;
+    if (maxq > 0)
+        kq<<<dim3((maxq + kMlaRows - 1) / kMlaRows, g.h, g.b), kThreads, smq, st>>>(
+            g, q, k, v, dout, lse, dd, dq, overflow);
+    if (maxk > 0)
+        kkv<<<dim3((maxk + kMlaRows - 1) / kMlaRows, g.hkv, 2 * g.b), kThreads, smk, st>>>(
+            g, q, k, v, dout, lse, dd, dk, dv, overflow);
+    return cudaGetLastError();
+}
+
+/* The same by class (wg_class). */
 template <typename T, bool kSplit>
 cudaError_t bwd_launch_class(int c, const geo &g, int maxq, int maxk, const T *q, const T *k,
                              const T *v, const T *dout, const float *lse, const float *dd,
@@ -1557,6 +1910,9 @@ cudaError_t bwd_launch_class(int c, const geo &g, int maxq, int maxk, const T *q
     case 2:
         return bwd_launch<T, 192, 128, kSplit>(g, maxq, maxk, q, k, v, dout, lse, dd, dq, dk, dv,
                                                overflow, st);
+    case 3:
+        return bwd_mla_launch<T, kSplit>(g, maxq, maxk, q, k, v, dout, lse, dd, dq, dk, dv,
+                                         overflow, st);
     default:
         return cudaErrorInvalidValue;
     }

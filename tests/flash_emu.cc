@@ -1,7 +1,7 @@
 /* flash_emu.cc: the Hopper wgmma flash kernels of cuda/qc_flash_wgmma.cuh run on the CPU
  * through cuda/emu/qc_emu.h, against the reference (qs_sdpa_fwd, qs_sdpa_bwd) on small cases
  * within the tolerance of [ATTN-TOL]: the forward of every class (64/64, 128/128, 192/128,
- * the absorbed 576/512) and the backward of classes 0-2, BF16 and FP16, in the split form
+ * the absorbed 576/512) and the backward of each, BF16 and FP16, in the split form
  * the plugin runs. The layouts, masks, GQA/MQA, sequences of unequal and zero length and
  * tiles cut by the sequence end are each met by some case. This checks the kernels' logic
  * (tiling, indices, barriers, shared-memory layouts and descriptors as PTX defines them)
@@ -141,7 +141,7 @@ template <typename T, int KD, int DV> void run(const tcase &c, qs_dtype dt)
     double rt = dt == QS_BF16 ? 0.016625 : 0.0029531;
     double e[5] = {excess(o, o_ref, rt), excess(lse, lse_ref, 1e-3), 0, 0, 0};
     int ovf = 0;
-    if constexpr (!kMla) {
+    if (ok) {
         /* D from the reference's o (the kit hands it), lse from the forward above */
         std::vector<float> dd(nl), dq(nq, 0.0f), dk(nk, 0.0f), dv(nv, 0.0f);
         for (size_t r = 0; r < nl; r++) {
@@ -150,15 +150,26 @@ template <typename T, int KD, int DV> void run(const tcase &c, qs_dtype dt)
                 a += dout[r * c.dv + j] * o_ref[r * c.dv + j];
             dd[r] = a;
         }
-        ok = ok && qc::emu::launch(uint3e{(unsigned)(maxq + wg::kRows - 1) / wg::kRows,
-                                          (unsigned)c.h, (unsigned)c.b},
-                                   block, wg::dq_kernel<T, KD, DV, true>, g, qt.data(), kt.data(),
-                                   vt.data(), dt16.data(), lse.data(), dd.data(), dq.data(), &ovf);
-        ok = ok && qc::emu::launch(uint3e{(unsigned)(maxk + wg::kRows - 1) / wg::kRows,
-                                          (unsigned)c.hkv, (unsigned)c.b},
-                                   block, wg::dkv_kernel<T, KD, DV, true>, g, qt.data(), kt.data(),
-                                   vt.data(), dt16.data(), lse.data(), dd.data(), dk.data(),
-                                   dv.data(), &ovf);
+        const T *qp = qt.data(), *kp = kt.data(), *vp = vt.data(), *dop = dt16.data();
+        if constexpr (kMla) {
+            ok = qc::emu::launch(uint3e{(unsigned)(maxq + wg::kMlaRows - 1) / wg::kMlaRows,
+                                        (unsigned)c.h, (unsigned)c.b},
+                                 block, wg::dq_mla_kernel<T, true>, g, qp, kp, vp, dop, lse.data(),
+                                 dd.data(), dq.data(), &ovf);
+            ok = ok && qc::emu::launch(uint3e{(unsigned)(maxk + wg::kMlaRows - 1) / wg::kMlaRows,
+                                              (unsigned)c.hkv, 2u * c.b},
+                                       block, wg::dkv_mla_kernel<T, true>, g, qp, kp, vp, dop,
+                                       lse.data(), dd.data(), dk.data(), dv.data(), &ovf);
+        } else {
+            ok = qc::emu::launch(
+                uint3e{(unsigned)(maxq + wg::kRows - 1) / wg::kRows, (unsigned)c.h, (unsigned)c.b},
+                block, wg::dq_kernel<T, KD, DV, true>, g, qp, kp, vp, dop, lse.data(), dd.data(),
+                dq.data(), &ovf);
+            ok = ok && qc::emu::launch(uint3e{(unsigned)(maxk + wg::kRows - 1) / wg::kRows,
+                                              (unsigned)c.hkv, (unsigned)c.b},
+                                       block, wg::dkv_kernel<T, KD, DV, true>, g, qp, kp, vp, dop,
+                                       lse.data(), dd.data(), dk.data(), dv.data(), &ovf);
+        }
         e[2] = excess(dq, dq_ref, rt);
         e[3] = excess(dk, dk_ref, rt);
         e[4] = excess(dv, dv_ref, rt);
@@ -168,12 +179,9 @@ template <typename T, int KD, int DV> void run(const tcase &c, qs_dtype dt)
         worst = x > worst || x != x ? x : worst;
     bool pass = ok && !ovf && worst <= 1.0;
     g_fail += !pass;
-    printf("%s %d - %-40s %s: excess over [ATTN-TOL] o %.3f lse %.3f", pass ? "ok" : "FAIL", ++g_n,
-           c.name, dname, e[0], e[1]);
-    if (kMla)
-        printf(" (forward only)\n");
-    else
-        printf(" dq %.3f dk %.3f dv %.3f%s\n", e[2], e[3], e[4], ovf ? " (overflow flag)" : "");
+    printf("%s %d - %-40s %s: excess over [ATTN-TOL] o %.3f lse %.3f dq %.3f dk %.3f dv %.3f%s\n",
+           pass ? "ok" : "FAIL", ++g_n, c.name, dname, e[0], e[1], e[2], e[3], e[4],
+           ovf ? " (overflow flag)" : "");
     fflush(stdout);
 }
 
@@ -230,6 +238,8 @@ int main()
          {0, 130, 139}},
         {"sbhd causal d64 sq150 sk90", S, C, 1, 150, 90, 2, 2, 64, 64, {}, {}},
         {"bshd causal absorbed 576/512 h2/1 s70", B, C, 1, 70, 70, 2, 1, 576, 512, {}, {}},
+        {"thd none 320/256 h3/1 40,0,90", T, N, 3, 130, 130, 3, 1, 320, 256, {0, 40, 40, 130}, {}},
+        {"sbhd causal 576/512 sq100 sk70 gqa 4/2", S, C, 1, 100, 70, 4, 2, 576, 512, {}, {}},
     };
     for (const auto &c : cs) {
         run_class<__nv_bfloat16>(c, QS_BF16);

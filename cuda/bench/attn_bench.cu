@@ -6,8 +6,8 @@
  * split form the plugin runs and in the single-rounding form of the peers (P and dS rounded
  * to BF16 once). TFLOP/s count the causal half: forward 2 B H S^2 (d_qk + d_v) / 2, backward
  * 2.5 times that (the convention of the FlashAttention papers and cuda/bench/attn_peer.py).
- * The Hopper wgmma kernels (cuda/qc_flash_wgmma.cuh, the plugin's default on sm_90 where
- * they fit: the forward of every class, the backward of classes 0-2) are checked in layers:
+ * The Hopper wgmma kernels (cuda/qc_flash_wgmma.cuh: the plugin's default forward on sm_90
+ * where it fits; the backward under QSPEC_CUDA_FLASH_WGMMA_BWD=1) are checked in layers:
  * (1) the shared-memory layout and descriptors on one product S = A B^T, (2) the register-A
  * product P V with V's layout, (3) the whole forward and backward against the
  * reference-order slots and the mma.sync kernels on small cases; then timed beside the
@@ -434,8 +434,7 @@ template <typename T> bool selftest_bwd()
 
 /* Layer 3: the forward and backward of the plugin's flash path with the wgmma kernels and
  * with the mma.sync kernels (QSPEC_CUDA_FLASH_WGMMA=0), each against the reference-order
- * slots (the backwards read the reference's o, as the kit hands it). The absorbed class has
- * a wgmma forward only: its backward is the mma.sync one on both paths. */
+ * slots (the backwards read the reference's o, as the kit hands it). */
 void check_wgmma_case(const small_case &c, qs_dtype dt)
 {
     qs_sdpa_params p = case_params(c, dt);
@@ -699,8 +698,8 @@ template <int C> void time_shape(const char *name, int b, int s, int h, int hkv,
         cudaFree(lw);
         cudaFree(lm);
     }
-    if (wc >= 0 && wc <= 2 && qc::fl::wg::available()) {
-        /* the wgmma backward (classes 0-2) beside them, from the same lse and D (of the
+    if (wc >= 0 && qc::fl::wg::available()) {
+        /* the wgmma backward beside them, from the same lse and D (of the
          * mma.sync split forward, o[0]), then its gradients against the mma.sync split's */
         BENCH_CHECK((fl::fwd_launch<bf, C, true>(g, s, q, k, v, o[0], lse, 0)));
         fl::dsum_kernel<bf><<<(unsigned)((nl + 7) / 8), 256>>>((int64_t)nl, dv, o[0], dout, dd);
