@@ -146,14 +146,19 @@ qs_status fwd_any(const flash_req &r, const qs_sdpa_args *a, const T *q, const T
 template <typename T>
 qs_status bwd_any(const flash_req &r, const qs_sdpa_args *a, const T *q, const T *k, const T *v,
                   const T *dout, const float *lse, const float *dd, float *dq, float *dk, float *dv,
-                  int *ovf)
+                  int *ovf, dbuf<float> &part)
 {
     cudaError_t e;
     const char *opt = getenv("QSPEC_CUDA_FLASH_WGMMA_BWD");
     int wc = opt && strcmp(opt, "1") == 0 ? wgmma_class(a->p) : -1;
     if (wc >= 0) {
-        e = fl::wg::bwd_launch_class<T, true>(wc, r.g, r.maxq, r.maxk, q, k, v, dout, lse, dd, dq,
-                                              dk, dv, ovf, 0);
+        const qs_sdpa_params &p = a->p;
+        int64_t nk = r.tk * p.hkv * p.d, nv = r.tk * p.hkv * p.dv;
+        size_t ns = fl::wg::bwd_scratch(wc, r.g, r.maxk, nk, nv);
+        e = ns ? part.alloc(ns) : cudaSuccess;
+        if (e == cudaSuccess)
+            e = fl::wg::bwd_launch_class<T, true>(wc, r.g, r.maxq, r.maxk, q, k, v, dout, lse, dd,
+                                                  dq, dk, dv, ovf, part.p, nk, nv, 0);
         return e == cudaSuccess ? QS_OK : cuda_fail(e, "flash wgmma backward", a->why, a->why_len);
     }
     switch (fl::dim_class(a->p.d, a->p.dv)) {
@@ -223,7 +228,7 @@ template <typename T> qs_status flash_bwd(qs_sdpa_args *a, int *fell_back)
     size_t nq = r.tq * p.h * p.d, nk = r.tk * p.hkv * p.d, nv = r.tk * p.hkv * p.dv;
     size_t no = r.tq * p.h * p.dv, nl = r.tq * p.h;
     dbuf<T> q, k, v, dout;
-    dbuf<float> o, scratch, lse, dd, dq, dk, dv;
+    dbuf<float> o, scratch, lse, dd, dq, dk, dv, part; /* part: the wgmma backward's scratch */
     dbuf<int> ovf;
     cudaError_t err = up16(q, a->q, nq);
     if (err == cudaSuccess)
@@ -257,7 +262,7 @@ template <typename T> qs_status flash_bwd(qs_sdpa_args *a, int *fell_back)
     }
     st = fwd_any<T>(r, a, q.p, k.p, v.p, scratch.p, lse.p);
     if (st == QS_OK)
-        st = bwd_any<T>(r, a, q.p, k.p, v.p, dout.p, lse.p, dd.p, dq.p, dk.p, dv.p, ovf.p);
+        st = bwd_any<T>(r, a, q.p, k.p, v.p, dout.p, lse.p, dd.p, dq.p, dk.p, dv.p, ovf.p, part);
     if (st != QS_OK)
         return st;
     int big = 0;

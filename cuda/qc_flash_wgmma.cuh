@@ -979,12 +979,13 @@ __device__ __forceinline__ void scores64(float (*x)[4], float (*dp)[4], const T 
 #endif /* QC_WGMMA */
 
 /* Rows r0 + 8 r (r 0, 1) of a thread's accumulator tile, columns col0 + 8 nb + 2 tq + e (nb
- * < nbs), scaled by mul and rounded to T, into out (row stride dim, columns below dim; rows
- * below n). */
+ * < nbs), scaled by mul and rounded to T (unless !rnd), into out (row stride dim, columns below
+ * dim; rows below n). */
 template <typename T, int NB>
-__device__ __forceinline__ void
-bwd_store(const geo &g, const float (&acc)[NB][4], int row0, int n, int64_t base, int64_t ts,
-          int64_t heads, int64_t head, int dim, float mul, float *out, int col0 = 0, int nbs = NB)
+__device__ __forceinline__ void bwd_store(const geo &g, const float (&acc)[NB][4], int row0, int n,
+                                          int64_t base, int64_t ts, int64_t heads, int64_t head,
+                                          int dim, float mul, float *out, int col0 = 0,
+                                          int nbs = NB, bool rnd = true)
 {
     int tq = threadIdx.x & 3;
 #pragma unroll
@@ -1000,7 +1001,7 @@ bwd_store(const geo &g, const float (&acc)[NB][4], int row0, int n, int64_t base
                 int col = col0 + nb * 8 + 2 * tq + e;
                 if (nb < nbs && col < dim) {
                     float y = acc[nb][r * 2 + e] * mul;
-                    orp[col] = g.dt == QS_FP32 ? y : ops<T>::round(y);
+                    orp[col] = g.dt == QS_FP32 || !rnd ? y : ops<T>::round(y);
                 }
             }
     }
@@ -1224,10 +1225,13 @@ __global__ void __launch_bounds__(kThreads, 1)
  *   warpgroup computes S = Q K^T (36 k steps), the second dP = dO V^T (32), each hands its
  *   tile to the other through shared memory; both then form the same P and dS (the same
  *   operations on the same values) and add dS K to their columns of dQ.
- * - dkv_mla_kernel: block (64 keys, kv head, sequence x {dV, dK}), query tiles of 32 of every
- *   head of the group. For dV only S^T = K Q^T is needed: each warpgroup computes half of its
- *   k steps (the even or the odd ones) and the two partial sums are added in one order; for
- *   dK, S^T and dP^T = V dO^T as in dq_mla_kernel.
+ * - dkv_mla_kernel: block (64 keys, kv head, sequence x head group x {dV, dK}), query tiles
+ *   of 32 of the group's heads. For dV only S^T = K Q^T is needed: each warpgroup computes
+ *   half of its k steps (the even or the odd ones) and the two partial sums are added in one
+ *   order; for dK, S^T and dP^T = V dO^T as in dq_mla_kernel. With one KV head for 128 query
+ *   heads a block per key tile would be too few blocks, each streaming every head: the heads
+ *   are split into groups (mla_groups), each block writes its unrounded sums to a scratch
+ *   array, and sum_parts adds the groups' sums in their order and rounds (deterministic).
  * Shared memory: dq 220 KiB (Q, dO, one K and one V tile, the exchange), dkv 220 KiB (K, V,
  * one Q and one dO tile, the exchange); the next V tile of the dq pass loads while dS K
  * computes, the other loads wait for the tile before them. */
@@ -1422,11 +1426,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-/* dv (blockIdx.z even) or dk (odd) of a key tile: block (64 keys, kv head, 2 x sequence). */
+/* dv (blockIdx.z even) or dk (odd) of a key tile over head group (blockIdx.z / 2) % ngrp:
+ * block (64 keys, kv head, 2 ngrp x sequence). One group: dk and dv rounded; more: each
+ * group's sums unrounded into pk, pv (ngrp arrays of nk, nv floats shaped as dk, dv) for
+ * sum_parts. */
 template <typename T, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     dkv_mla_kernel(geo g, const T *q, const T *k, const T *v, const T *dout, const float *lse,
-                   const float *dd, float *dk, float *dv, int *overflow)
+                   const float *dd, float *dk, float *dv, int *overflow, int ngrp, float *pk,
+                   float *pv, int64_t nk, int64_t nv)
 {
 #if QC_WGMMA
     constexpr int KD = kMlaKD, DV = kMlaDV, BM = kMlaBM, NB = BM / 8;
@@ -1436,7 +1444,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     T *sdo = sq + BM * KD;
     float *xch = reinterpret_cast<float *>(sdo + BM * DV); /* [2][NB * 4][128] */
     float *sl = xch + 2 * kMlaXs, *sd = sl + BM;
-    int s = blockIdx.z >> 1, hk = blockIdx.y;
+    int s = (blockIdx.z >> 1) / ngrp, gi = (blockIdx.z >> 1) % ngrp, hk = blockIdx.y;
     bool kmode = blockIdx.z & 1;
     int j0 = blockIdx.x * kMlaRows, lq = g.len(0, s), lk = g.len(1, s);
     if (j0 >= lk)
@@ -1452,8 +1460,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_commit();
     bool causal = g.mask == QS_ATTN_MASK_CAUSAL;
     int istart = causal ? j0 : 0;
-    int grp = g.h / g.hkv;
-    int nqt = lq > istart ? (lq - istart + BM - 1) / BM : 0, nt = grp * nqt;
+    int grp = g.h / g.hkv, h0 = gi * grp / ngrp, nh = (gi + 1) * grp / ngrp - h0;
+    int nqt = lq > istart ? (lq - istart + BM - 1) / BM : 0, nt = nh * nqt;
     float sl2 = g.scale * kLog2e;
     int key0 = j0 + warp * 16 + gr; /* both warpgroups hold all 64 keys */
     float acc[NC][4];
@@ -1463,7 +1471,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bool big = false;
     float *mine = xch + wgi * kMlaXs, *twin = xch + (1 - wgi) * kMlaXs;
     for (int tt = 0; tt < nt; tt++) {
-        int hh = hk * grp + tt / nqt, i0 = istart + (tt % nqt) * BM;
+        int hh = hk * grp + h0 + tt / nqt, i0 = istart + (tt % nqt) * BM;
         /* the tile into the one buffer: every thread is done with the one before */
         load_sw<T, BM, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0,
                                      g.d, tid);
@@ -1531,17 +1539,49 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_wait_n<0>(); /* the K and V copies, when no query tile followed */
     if (big)
         atomicOr(overflow, 1);
+    bool one = ngrp == 1;
     if (kmode)
-        bwd_store<T, NC>(g, acc, key0, lk, kb, ts, g.hkv, hk, g.d, g.scale, dk, wgi ? kMlaC0 : 0,
-                         wgi ? NC : kMlaC0 / 8);
+        bwd_store<T, NC>(g, acc, key0, lk, kb, ts, g.hkv, hk, g.d, g.scale, one ? dk : pk + gi * nk,
+                         wgi ? kMlaC0 : 0, wgi ? NC : kMlaC0 / 8, one);
     else
-        bwd_store<T, NC>(g, acc, key0, lk, kb, ts, g.hkv, hk, g.dv, 1.0f, dv, wgi * (DV / 2),
-                         DV / 2 / 8);
+        bwd_store<T, NC>(g, acc, key0, lk, kb, ts, g.hkv, hk, g.dv, 1.0f, one ? dv : pv + gi * nv,
+                         wgi * (DV / 2), DV / 2 / 8, one);
 #else
     (void)g, (void)q, (void)k, (void)v, (void)dout, (void)lse, (void)dd, (void)dk, (void)dv;
-    (void)overflow;
+    (void)overflow, (void)ngrp, (void)pk, (void)pv, (void)nk, (void)nv;
     __trap();
 #endif
+}
+
+/* out[i] = the sum over p < parts of part[p n + i], added in that order, rounded to T (i < n). */
+template <typename T>
+__global__ void sum_parts(const float *part, int64_t n, int parts, int dt, float *out)
+{
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        float a = part[i];
+        for (int p = 1; p < parts; p++)
+            a += part[p * n + i];
+        out[i] = dt == QS_FP32 ? a : ops<T>::round(a);
+    }
+}
+
+/* The head groups of the absorbed-MLA dkv pass: enough blocks for about eight a multiprocessor
+ * of an H100 or H200 (132), at most a group a query head of the KV head. */
+inline int mla_groups(const geo &g, int maxk)
+{
+    int blocks = (maxk + kMlaRows - 1) / kMlaRows * g.hkv * g.b * 2, grp = g.h / g.hkv;
+    int n = blocks > 0 ? (8 * 132 + blocks - 1) / blocks : 1;
+    return n < 1 ? 1 : n > grp ? grp : n;
+}
+
+/* The FP32 scratch the wgmma backward of class c needs, in floats (0: none): the absorbed
+ * class's dkv pass keeps a dk and a dv a head group when there are several (nk, nv: the
+ * floats of dk and dv; maxk the longest key sequence). */
+inline size_t bwd_scratch(int c, const geo &g, int maxk, int64_t nk, int64_t nv)
+{
+    int ng = c == 3 ? mla_groups(g, maxk) : 1;
+    return ng > 1 ? static_cast<size_t>(ng) * static_cast<size_t>(nk + nv) : 0;
 }
 
 /* ------------------------------------------------------------ self-tests (attn_bench) */
@@ -1871,11 +1911,13 @@ cudaError_t bwd_launch(const geo &g, int maxq, int maxk, const T *q, const T *k,
     return cudaGetLastError();
 }
 
-/* As bwd_launch, class 3 (dq_mla_kernel, dkv_mla_kernel). */
+/* As bwd_launch, class 3 (dq_mla_kernel, dkv_mla_kernel); scratch: bwd_scratch floats (nk,
+ * nv: the floats of dk, dv). */
 template <typename T, bool kSplit>
 cudaError_t bwd_mla_launch(const geo &g, int maxq, int maxk, const T *q, const T *k, const T *v,
                            const T *dout, const float *lse, const float *dd, float *dq, float *dk,
-                           float *dv, int *overflow, cudaStream_t st)
+                           float *dv, int *overflow, float *scratch, int64_t nk, int64_t nv,
+                           cudaStream_t st)
 {
     auto kq = dq_mla_kernel<T, kSplit>;
     auto kkv = dkv_mla_kernel<T, kSplit>;
@@ -1888,17 +1930,29 @@ cudaError_t bwd_mla_launch(const geo &g, int maxq, int maxk, const T *q, const T
     if (maxq > 0)
         kq<<<dim3((maxq + kMlaRows - 1) / kMlaRows, g.h, g.b), kThreads, smq, st>>>(
             g, q, k, v, dout, lse, dd, dq, overflow);
-    if (maxk > 0)
-        kkv<<<dim3((maxk + kMlaRows - 1) / kMlaRows, g.hkv, 2 * g.b), kThreads, smk, st>>>(
-            g, q, k, v, dout, lse, dd, dk, dv, overflow);
+    if (maxk <= 0)
+        return cudaGetLastError();
+    int ng = mla_groups(g, maxk);
+    float *pk = ng > 1 ? scratch : nullptr, *pv = ng > 1 ? scratch + ng * nk : nullptr;
+    if (ng > 1) /* rows no block writes (padding) sum to 0 */
+        e = cudaMemsetAsync(scratch, 0, ng * (nk + nv) * sizeof(float), st);
+    if (e != cudaSuccess)
+        return e;
+    kkv<<<dim3((maxk + kMlaRows - 1) / kMlaRows, g.hkv, 2 * ng * g.b), kThreads, smk, st>>>(
+        g, q, k, v, dout, lse, dd, dk, dv, overflow, ng, pk, pv, nk, nv);
+    if (ng > 1) {
+        sum_parts<T><<<1024, 256, 0, st>>>(pk, nk, ng, g.dt, dk);
+        sum_parts<T><<<1024, 256, 0, st>>>(pv, nv, ng, g.dt, dv);
+    }
     return cudaGetLastError();
 }
 
-/* The same by class (wg_class). */
+/* The same by class; scratch: bwd_scratch floats (class 3). */
 template <typename T, bool kSplit>
 cudaError_t bwd_launch_class(int c, const geo &g, int maxq, int maxk, const T *q, const T *k,
                              const T *v, const T *dout, const float *lse, const float *dd,
-                             float *dq, float *dk, float *dv, int *overflow, cudaStream_t st)
+                             float *dq, float *dk, float *dv, int *overflow, float *scratch,
+                             int64_t nk, int64_t nv, cudaStream_t st)
 {
     switch (c) {
     case 0:
@@ -1912,7 +1966,7 @@ cudaError_t bwd_launch_class(int c, const geo &g, int maxq, int maxk, const T *q
                                                overflow, st);
     case 3:
         return bwd_mla_launch<T, kSplit>(g, maxq, maxk, q, k, v, dout, lse, dd, dq, dk, dv,
-                                         overflow, st);
+                                         overflow, scratch, nk, nv, st);
     default:
         return cudaErrorInvalidValue;
     }

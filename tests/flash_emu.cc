@@ -156,10 +156,22 @@ template <typename T, int KD, int DV> void run(const tcase &c, qs_dtype dt)
                                         (unsigned)c.h, (unsigned)c.b},
                                  block, wg::dq_mla_kernel<T, true>, g, qp, kp, vp, dop, lse.data(),
                                  dd.data(), dq.data(), &ovf);
+            /* as wg::bwd_mla_launch: head groups, their sums added by sum_parts */
+            int ng = wg::mla_groups(g, maxk);
+            std::vector<float> part(wg::bwd_scratch(3, g, maxk, nk, nv), 0.0f);
+            float *pk = ng > 1 ? part.data() : nullptr, *pv = ng > 1 ? pk + ng * nk : nullptr;
             ok = ok && qc::emu::launch(uint3e{(unsigned)(maxk + wg::kMlaRows - 1) / wg::kMlaRows,
-                                              (unsigned)c.hkv, 2u * c.b},
+                                              (unsigned)c.hkv, 2u * ng * c.b},
                                        block, wg::dkv_mla_kernel<T, true>, g, qp, kp, vp, dop,
-                                       lse.data(), dd.data(), dk.data(), dv.data(), &ovf);
+                                       lse.data(), dd.data(), dk.data(), dv.data(), &ovf, ng, pk,
+                                       pv, (int64_t)nk, (int64_t)nv);
+            if (ng > 1) {
+                ok = ok && qc::emu::launch(uint3e{4, 1, 1}, uint3e{256, 1, 1}, wg::sum_parts<T>,
+                                           (const float *)pk, (int64_t)nk, ng, (int)dt, dk.data());
+                ok = ok && qc::emu::launch(uint3e{4, 1, 1}, uint3e{256, 1, 1}, wg::sum_parts<T>,
+                                           (const float *)pv, (int64_t)nv, ng, (int)dt, dv.data());
+            }
+            printf("# absorbed dkv pass: %d head group%s\n", ng, ng > 1 ? "s" : "");
         } else {
             ok = qc::emu::launch(
                 uint3e{(unsigned)(maxq + wg::kRows - 1) / wg::kRows, (unsigned)c.h, (unsigned)c.b},
@@ -240,6 +252,7 @@ int main()
         {"bshd causal absorbed 576/512 h2/1 s70", B, C, 1, 70, 70, 2, 1, 576, 512, {}, {}},
         {"thd none 320/256 h3/1 40,0,90", T, N, 3, 130, 130, 3, 1, 320, 256, {0, 40, 40, 130}, {}},
         {"sbhd causal 576/512 sq100 sk70 gqa 4/2", S, C, 1, 100, 70, 4, 2, 576, 512, {}, {}},
+        {"bshd none 576/512 h2/2 sq40 sk90", B, N, 2, 40, 90, 2, 2, 576, 512, {}, {}},
     };
     for (const auto &c : cs) {
         run_class<__nv_bfloat16>(c, QS_BF16);

@@ -706,15 +706,19 @@ template <int C> void time_shape(const char *name, int b, int s, int h, int hkv,
         BENCH_CHECK((fl::bwd_launch<bf, C, true>(g, s, s, q, k, v, dout, lse, dd, grad[0][0],
                                                  grad[0][1], grad[0][2], ovf, 0)));
         float *gw[3] = {dalloc<float>(nq), dalloc<float>(nk), dalloc<float>(nv)};
+        size_t ns = fl::wg::bwd_scratch(wc, g, s, (int64_t)nk, (int64_t)nv);
+        float *part = ns ? dalloc<float>(ns) : nullptr;
         unsigned long long bits[2] = {0, 0};
         for (int m = 1; m >= 0; m--) { /* single, then split (left in gw) */
             auto bwd = [&] {
                 if (m == 0)
-                    BENCH_CHECK((fl::wg::bwd_launch_class<bf, true>(
-                        wc, g, s, s, q, k, v, dout, lse, dd, gw[0], gw[1], gw[2], ovf, 0)));
+                    BENCH_CHECK((fl::wg::bwd_launch_class<bf, true>(wc, g, s, s, q, k, v, dout, lse,
+                                                                    dd, gw[0], gw[1], gw[2], ovf,
+                                                                    part, nk, nv, 0)));
                 else
-                    BENCH_CHECK((fl::wg::bwd_launch_class<bf, false>(
-                        wc, g, s, s, q, k, v, dout, lse, dd, gw[0], gw[1], gw[2], ovf, 0)));
+                    BENCH_CHECK((fl::wg::bwd_launch_class<bf, false>(wc, g, s, s, q, k, v, dout,
+                                                                     lse, dd, gw[0], gw[1], gw[2],
+                                                                     ovf, part, nk, nv, 0)));
             };
             float mb = 0.0f;
             for (int pass = 0; pass < 2; pass++) {
@@ -743,6 +747,7 @@ template <int C> void time_shape(const char *name, int b, int s, int h, int hkv,
         fflush(stdout);
         for (float *x : gw)
             cudaFree(x);
+        cudaFree(part);
     }
     for (int m = 0; m < 2; m++) {
         cudaFree(o[m]);
