@@ -75,8 +75,7 @@ template <> struct ops<__nv_bfloat16> {
                                                uint32_t b1)
     {
 #ifdef QC_EMU
-        (void)c, (void)a, (void)b0, (void)b1;
-        emu::not_emulated("mma.sync");
+        emu::mma16816<__nv_bfloat16>(c, a, b0, b1);
 #else
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
                      "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -100,8 +99,7 @@ template <> struct ops<__half> {
                                                uint32_t b1)
     {
 #ifdef QC_EMU
-        (void)c, (void)a, (void)b0, (void)b1;
-        emu::not_emulated("mma.sync");
+        emu::mma16816<__half>(c, a, b0, b1);
 #else
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
                      "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -123,8 +121,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
 __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
 {
 #ifdef QC_EMU
-    (void)r, (void)p;
-    emu::not_emulated("ldmatrix");
+    emu::ldsm<false>(r, p);
 #else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -134,8 +131,7 @@ __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
 __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p)
 {
 #ifdef QC_EMU
-    (void)r, (void)p;
-    emu::not_emulated("ldmatrix");
+    emu::ldsm<true>(r, p);
 #else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -15,13 +15,12 @@
  *   start + (r / 8) SBO + (r % 8) 128 + 2 k, element (k, n) of a transposed ("MN-major") B
  *   at start + (n / 64) LBO + (k / 8) SBO + (k % 8) 128 + 2 (n % 64), each address then
  *   swizzled (bits 4-6 ^= bits 7-9); A from registers in the m16n8k16 fragment layout, one
- *   warp's 16 rows a warp. mma.sync and ldmatrix (the mma.sync kernels) are not emulated:
- *   they stop the program.
+ *   warp's 16 rows a warp; mma.sync m16n8k16 and ldmatrix .x4 by their fragment layouts.
  * Results are not the GPU's bits (the products are summed in another order) and timings
  * mean nothing; a thread that waits for ever is reported (every fiber waiting, no progress)
- * and the program stops. A block's shared memory is one static buffer (blocks run one after
- * another); it is the wgmma kernels' (qc::fl::wg::smraw), so this header goes into one
- * program source only. */
+ * and the program stops. A block's shared memory is a static buffer (blocks run one after
+ * another; qc::fl::smraw and qc::fl::wg::smraw, the kernels' own names for it, so this
+ * header goes into one program source only), filled with NaNs before each block. */
 #ifndef QC_EMU_H
 #define QC_EMU_H
 
@@ -74,13 +73,17 @@ struct __half {
     __half(float f) : x(from(f))
     {
     }
-    operator float() const
+    operator float() const /* exact */
     {
-        uint32_t s = (x >> 15) & 1u, e = (x >> 10) & 0x1Fu, m = x & 0x3FFu;
-        float v = e == 0    ? std::ldexp(static_cast<float>(m), -24)
-                  : e == 31 ? (m ? NAN : INFINITY)
-                            : std::ldexp(static_cast<float>(m | 0x400u), static_cast<int>(e) - 25);
-        return s ? -v : v;
+        uint32_t s = (x >> 15) & 1u, e = (x >> 10) & 0x1Fu, m = x & 0x3FFu, u;
+        if (e == 0) { /* zero or subnormal: m 2^-24 */
+            float v = static_cast<float>(m) * 0x1p-24f;
+            return s ? -v : v;
+        }
+        u = s << 31 | (e == 31 ? 0xFFu : e + 112) << 23 | m << 13;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
     }
     static uint16_t from(float f) /* round to nearest even, overflow to infinity */
     {
@@ -174,9 +177,11 @@ namespace qc
 {
 namespace fl
 {
+/* the shared memory of the running block: the kernels of qc::fl and qc::fl::wg declare it
+ * (extern smraw[]), each namespace its own */
+alignas(1024) unsigned char smraw[232448];
 namespace wg
 {
-/* the shared memory of the running block: the wgmma kernels declare it (extern smraw[]) */
 alignas(1024) unsigned char smraw[232448];
 } // namespace wg
 } // namespace fl
@@ -202,6 +207,9 @@ struct fiber {
     ucontext_t ctx;
     uint3e tid;
     bool done = false;
+    unsigned exchanges = 0;          /* warp exchanges so far (the warp's lanes count alike) */
+    const unsigned *watch = nullptr; /* waiting: until *watch != watch_val */
+    unsigned watch_val = 0;
 };
 
 /* The running block: its fibers, the scheduler's context, barriers and exchange slots. */
@@ -209,11 +217,10 @@ struct block_rt {
     std::vector<fiber> f;
     ucontext_t sched;
     unsigned cur = 0, nthreads = 0;
-    unsigned long progress = 0;
     std::function<void()> body;
     barrier sync, named[16];
     std::vector<barrier> warp;
-    std::vector<uint32_t> slot; /* 4 words a thread */
+    std::vector<uint32_t> slot; /* two sets of kSlot words a thread */
     std::map<const void *, mbar> mbars;
 };
 inline block_rt *&rt()
@@ -232,14 +239,19 @@ inline void yield()
     block_rt *r = rt();
     swapcontext(&r->f[r->cur].ctx, &r->sched);
 }
-template <class F> void wait_until(F cond)
+/* until *w differs from val; the scheduler resumes this thread only then */
+inline void wait_change(const unsigned *w, unsigned val)
 {
-    while (!cond())
-        yield();
+    if (*w != val)
+        return;
+    fiber &f = rt()->f[rt()->cur];
+    f.watch = w;
+    f.watch_val = val;
+    yield();
+    f.watch = nullptr;
 }
 inline void arrive(barrier &b, unsigned n)
 {
-    rt()->progress++;
     if (++b.count == n) {
         b.count = 0;
         b.gen++;
@@ -249,7 +261,7 @@ inline void arrive_wait(barrier &b, unsigned n)
 {
     unsigned g = b.gen;
     arrive(b, n);
-    wait_until([&] { return b.gen != g; });
+    wait_change(&b.gen, g);
 }
 inline unsigned flat_tid()
 {
@@ -264,13 +276,18 @@ inline void warp_sync()
 {
     arrive_wait(rt()->warp[flat_tid() / 32], 32);
 }
-/* the values v[0..n) of every lane of this warp, exchanged: lane l's at out + 4 l */
+constexpr int kSlot = 8;
+/* the values v[0..n) (n <= kSlot) of every lane of this warp, exchanged: lane l's at out +
+ * kSlot l. Two sets of slots used in turn: a lane writes a set again only after the barrier
+ * of the exchange between, which every lane passes after it has read the set. */
 inline const uint32_t *warp_exchange(const uint32_t *v, int n)
 {
-    unsigned t = flat_tid();
-    memcpy(&rt()->slot[4 * t], v, n * sizeof(uint32_t));
+    block_rt *r = rt();
+    unsigned t = flat_tid(), set = r->f[r->cur].exchanges++ & 1u;
+    uint32_t *base = &r->slot[kSlot * (set * r->nthreads)];
+    memcpy(base + kSlot * t, v, n * sizeof(uint32_t));
     warp_sync();
-    return &rt()->slot[4 * (t & ~31u)];
+    return base + kSlot * (t & ~31u);
 }
 template <typename V> V shfl(V v, int src_lane)
 {
@@ -279,8 +296,7 @@ template <typename V> V shfl(V v, int src_lane)
     memcpy(&w, &v, 4);
     const uint32_t *all = warp_exchange(&w, 1);
     V r;
-    memcpy(&r, all + 4 * (src_lane & 31), 4);
-    warp_sync(); /* the slots are free again */
+    memcpy(&r, all + kSlot * (src_lane & 31), 4);
     return r;
 }
 
@@ -288,7 +304,6 @@ template <typename V> V shfl(V v, int src_lane)
 inline void mb_init(const void *b, unsigned count)
 {
     rt()->mbars[b] = mbar{count, count, 0};
-    rt()->progress++;
 }
 inline void mb_arrive(const void *b)
 {
@@ -297,7 +312,6 @@ inline void mb_arrive(const void *b)
         fprintf(stderr, "qc_emu: arrival on an mbarrier never initialized\n");
         abort();
     }
-    rt()->progress++;
     if (--it->second.pending == 0) {
         it->second.pending = it->second.expected;
         it->second.phase++;
@@ -305,7 +319,9 @@ inline void mb_arrive(const void *b)
 }
 inline void mb_wait(const void *b, int parity)
 {
-    wait_until([&] { return (rt()->mbars[b].phase & 1u) != static_cast<unsigned>(parity & 1); });
+    const unsigned &phase = rt()->mbars[b].phase;
+    if ((phase & 1u) == static_cast<unsigned>(parity & 1))
+        wait_change(&phase, phase);
 }
 inline void named_sync(int id)
 {
@@ -395,7 +411,7 @@ template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64
     float arow[2][16];
     for (int q = 0; q < 4; q++) /* lane gr * 4 + q holds columns 2q, 2q + 1, 2q + 8, 2q + 9 */
         for (int h = 0; h < 2; h++) {
-            const uint32_t *f = all + 4 * (gr * 4 + q);
+            const uint32_t *f = all + kSlot * (gr * 4 + q);
             arow[h][2 * q] = half_of<T>(f[h], 0);
             arow[h][2 * q + 1] = half_of<T>(f[h], 1);
             arow[h][2 * q + 8] = half_of<T>(f[2 + h], 0);
@@ -409,13 +425,49 @@ template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64
                 acc += arow[e >> 1][k] * mnmajor<T>(db, k, col);
             d[nb][e] = acc;
         }
-    warp_sync(); /* the slots are free again */
 }
 
-[[noreturn]] inline void not_emulated(const char *what)
+/* mma.sync m16n8k16 (row.col, FP32 accumulation): c[4] += A B for this lane's elements, the
+ * warp's fragments exchanged (A rows g, g + 8 and columns 2t, 2t + 1, + 8; B columns (n) g,
+ * rows 2t, 2t + 1, + 8; C rows g, g + 8, columns 2t, 2t + 1). */
+template <typename T> void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
-    fprintf(stderr, "qc_emu: %s is not emulated\n", what);
-    abort();
+    uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    const uint32_t *all = warp_exchange(mine, 6);
+    int lane = flat_tid() & 31, g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float acc = c[e];
+        for (int k = 0; k < 16; k++) {
+            const uint32_t *fa = all + kSlot * ((row & 7) * 4 + ((k & 7) >> 1));
+            const uint32_t *fb = all + kSlot * (col * 4 + ((k & 7) >> 1));
+            acc += half_of<T>(fa[(row >> 3) + 2 * (k >> 3)], k & 1) *
+                   half_of<T>(fb[4 + (k >> 3)], k & 1);
+        }
+        c[e] = acc;
+    }
+}
+
+/* ldmatrix .x4 (.trans): lane l gives the address of row l % 8 of matrix l / 8; r[i] of lane l
+ * is matrix i's row l / 4, columns 2 (l % 4), + 1 (transposed: rows 2 (l % 4), + 1 of column
+ * l / 4), two 16-bit values, the first in the low half. */
+template <bool kTrans> void ldsm(uint32_t r[4], const void *p)
+{
+    uint32_t mine[2];
+    memcpy(mine, &p, sizeof p);
+    const uint32_t *all = warp_exchange(mine, 2);
+    int lane = flat_tid() & 31;
+    for (int i = 0; i < 4; i++) {
+        uint16_t h[2];
+        for (int j = 0; j < 2; j++) {
+            int row = kTrans ? 2 * (lane & 3) + j : lane >> 2;
+            int col = kTrans ? lane >> 2 : 2 * (lane & 3) + j;
+            const unsigned char *base;
+            memcpy(&base, all + kSlot * (8 * i + row), sizeof base);
+            memcpy(&h[j], base + 2 * col, 2);
+        }
+        r[i] = static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
+    }
 }
 
 /* the stack of fiber i, kept from block to block */
@@ -444,7 +496,6 @@ inline void trampoline()
     block_rt *r = rt();
     r->body();
     r->f[r->cur].done = true;
-    r->progress++;
 }
 
 /* Runs kernel(args...) over grid x block threads (block.x * block.y * block.z <= 1024), the
@@ -460,12 +511,15 @@ template <typename K, typename... A> bool launch(uint3e grid, uint3e block, K ke
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 g_block = uint3e{bx, by, bz};
-                memset(g_smem, 0, kSmem);
+                /* every byte a NaN of both 16-bit types: a read of shared memory no thread
+                 * wrote shows in the results */
+                memset(fl::smraw, 0xFF, sizeof fl::smraw);
+                memset(fl::wg::smraw, 0xFF, sizeof fl::wg::smraw);
                 block_rt r;
                 r.nthreads = n;
                 r.f.resize(n);
                 r.warp.resize((n + 31) / 32);
-                r.slot.assign(4 * n, 0);
+                r.slot.assign(2 * kSlot * n, 0);
                 r.body = [&] { kernel(args...); };
                 rt() = &r;
                 for (unsigned i = 0; i < n; i++) {
@@ -474,17 +528,21 @@ template <typename K, typename... A> bool launch(uint3e grid, uint3e block, K ke
                     make_fiber(f, fiber_stack(i, kStack), kStack, &r.sched);
                 }
                 unsigned left = n;
-                while (left) {
-                    unsigned long before = r.progress;
+                while (left) { /* a pass: every thread not waiting runs until it waits or ends */
+                    bool ran = false;
                     left = 0;
                     for (unsigned i = 0; i < n; i++) {
-                        if (r.f[i].done)
+                        fiber &f = r.f[i];
+                        if (f.done)
                             continue;
-                        r.cur = i;
-                        swapcontext(&r.sched, &r.f[i].ctx);
-                        left += !r.f[i].done;
+                        if (!f.watch || *f.watch != f.watch_val) {
+                            r.cur = i;
+                            swapcontext(&r.sched, &f.ctx);
+                            ran = true;
+                        }
+                        left += !f.done;
                     }
-                    if (left && r.progress == before) {
+                    if (left && !ran) {
                         fprintf(stderr,
                                 "qc_emu: block (%u, %u, %u): %u threads wait for ever (a barrier "
                                 "or an mbarrier that no thread completes)\n",
@@ -524,8 +582,7 @@ inline int __any_sync(unsigned, int pred)
     const uint32_t *all = qc::emu::warp_exchange(&w, 1);
     int any = 0;
     for (int l = 0; l < 32; l++)
-        any |= all[4 * l] != 0;
-    qc::emu::warp_sync();
+        any |= all[qc::emu::kSlot * l] != 0;
     return any;
 }
 inline int atomicOr(int *p, int v)
