@@ -24,7 +24,8 @@
 #                   quantizer bench and peer.py, gemm_bench's throughput
 # Correctness steps share the machine (several processes, one GPU); the timed steps run
 # alone, last. A step that would pass the budget is cut (timeout) and says so.
-# Environment: PARTS (default "checks bench"): which halves to run; JOBS (default: the number
+# Environment: PARTS (default "checks bench"; "flash": only the flash attention kernels'
+# self-test, suite and timings, a few minutes): which parts to run; JOBS (default: the number
 # of CPUs, at most 8) processes for the suites; LARGE_JOBS (default 4) large cases at a time;
 # PYTHON (default python3) for the peers and the adapter.
 set -u
@@ -126,7 +127,19 @@ bench() {
     step "gemm_bench --block" bench.txt 4 "$B/cuda/bench/gemm_bench" --block --no-agreement
 }
 
+# the flash attention kernels alone (PARTS=flash): their self-test, the suite through the
+# wgmma backward, attn_bench and its peers
+flash() {
+    step "attn_bench --wgmma-selftest" checks.txt 10 "$B/cuda/bench/attn_bench" --wgmma-selftest
+    step "suite (${fast[*]} QSPEC_CUDA_FLASH_WGMMA_BWD=1)" suite-wgbwd.txt 30 env "${fast[@]}" \
+        QSPEC_CUDA_FLASH_WGMMA_BWD=1 "$Q" run --backend cuda --jobs "$JOBS" --quiet \
+        --report-json "$OUT/suite-wgbwd.json" "$S/conformance/cases"
+    step "attn_bench" bench.txt 30 "$B/cuda/bench/attn_bench"
+    step "attn_peer.py" bench.txt 20 "$PY" "$S/cuda/bench/attn_peer.py"
+}
+
 case " $PARTS " in *" checks "*) checks ;; esac
 case " $PARTS " in *" bench "*) bench ;; esac
+case " $PARTS " in *" flash "*) flash ;; esac
 echo "done in $(($(date +%s) - t0)) s" >>"$OUT/summary.txt"
 cat "$OUT/summary.txt"
