@@ -11,8 +11,9 @@ bool qc_flash_takes(const qs_sdpa_args *a);
  * *fell_back (and writes nothing) when an FP16 dS left FP16's range. */
 qs_status qc_flash_fwd(qs_sdpa_args *a);
 /* Whether qc_flash_fwd (and the lse recomputation of qc_flash_bwd) runs the request on the
- * Hopper wgmma kernel (cuda/qc_flash_wgmma.cuh): it fits (d <= 192, dv <= 128, multiples of
- * 8, scale > 0), the device is sm_90 and QSPEC_CUDA_FLASH_WGMMA is not "0". */
+ * Hopper wgmma kernel (cuda/qc_flash_wgmma.cuh): it fits (d <= 192 and dv <= 128, or d <= 576
+ * and dv <= 512; multiples of 8, scale > 0), the device is sm_90 and QSPEC_CUDA_FLASH_WGMMA is
+ * not "0". */
 bool qc_flash_wgmma_takes(const qs_sdpa_args *a);
 /* The backward; on the wgmma kernels too when qc_flash_wgmma_takes and
  * QSPEC_CUDA_FLASH_WGMMA_BWD is "1" (read at each call; cuda/qc_flash.cu). */
