@@ -1,4 +1,5 @@
-/* qc_flash_wgmma.cuh: the flash forward of spec/attention.md [ATTN-FWD], [ATTN-LSE] on Hopper
+/* qc_flash_wgmma.cuh: the flash forward of spec/attention.md [ATTN-FWD], [ATTN-LSE] (and, in
+ * their own sections below, the backward [ATTN-BWD]) on Hopper
  * warpgroup tensor-core instructions (wgmma.mma_async, sm_90a), for BF16 and FP16 requests
  * with d_qk <= 192, d_v <= 128 (classes 64/64, 128/128, 192/128), d and dv multiples of 8;
  * and d_qk <= 576, d_v <= 512 (class 3, absorbed MLA) by fwd_mla_kernel (its own section).
@@ -32,7 +33,9 @@
  *   1024 (8 keys), start advanced by 16 keys (2048 bytes) per k step. Under kSplit P is given
  *   as hi + lo (two wgmmas per step), as the plugin's mma.sync kernels do (docs/sdpa.md).
  * The wgmma code exists only in the sm_90a compilation (__CUDA_ARCH_FEAT_SM90_ALL); in any
- * other the kernels trap, and available() says false, so the dispatcher falls back. */
+ * other the kernels trap, and available() says false, so the dispatcher falls back. With
+ * QC_EMU defined the header compiles as host C++ for the CPU emulator of cuda/emu/qc_emu.h
+ * (tests/flash_emu), which gives each instruction its PTX meaning. */
 #ifndef QC_FLASH_WGMMA_CUH
 #define QC_FLASH_WGMMA_CUH
 
