@@ -276,39 +276,62 @@ template <typename T> void run_class(const tcase &c, qs_dtype dt)
     g_fail++;
 }
 
+/* attn_bench's tile self-test for the backward (wg::test_bwd: S = A[64..127] B^T over 192
+ * columns, then P C over a 64-row C read transposed), against FP64 products: the kernel the
+ * GPU's layer-1/2 check runs, checked itself. */
+template <typename T> void selftest_bwd(qs_dtype dt)
+{
+    const int K = 192;
+    auto a = randn(128 * K, dt), b = randn(64 * K, dt), p = randn(64 * 64, dt),
+         c = randn(64 * K, dt);
+    auto at = to_t<T>(a), bt = to_t<T>(b), ct = to_t<T>(c);
+    std::vector<float> gs(64 * 64), go(64 * K);
+    bool ok = qc::emu::launch(uint3e{1, 1, 1}, uint3e{128, 1, 1}, wg::test_bwd<T>,
+                              (const T *)at.data(), (const T *)bt.data(), (const float *)p.data(),
+                              (const T *)ct.data(), gs.data(), go.data());
+    double worst = 0.0;
+    auto check = [&](double got, double want, double mag) {
+        double t = std::fabs(got - want) / (1e-5 * mag + 1e-6);
+        worst = t > worst || t != t ? t : worst;
+    };
+    for (int i = 0; i < 64; i++) {
+        for (int j = 0; j < 64; j++) {
+            double sum = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double t = (double)a[(64 + i) * K + k] * b[j * K + k];
+                sum += t, mag += std::fabs(t);
+            }
+            check(gs[i * 64 + j], sum, mag);
+        }
+        for (int j = 0; j < K; j++) {
+            double sum = 0, mag = 0;
+            for (int k = 0; k < 64; k++) {
+                double t = (double)p[i * 64 + k] * c[k * K + j];
+                sum += t, mag += std::fabs(t);
+            }
+            check(go[i * K + j], sum, mag);
+        }
+    }
+    bool pass = ok && worst <= 1.0;
+    g_fail += !pass;
+    printf("%s %d - wg::test_bwd (attn_bench's tile self-test) %s: worst error %.3f of its bound\n",
+           pass ? "ok" : "FAIL", ++g_n, dt == QS_BF16 ? "bf16" : "fp16", worst);
+}
+
 } // namespace
 
 int main()
 {
     const int S = QS_ATTN_SBHD, B = QS_ATTN_BSHD, T = QS_ATTN_THD, N = QS_ATTN_MASK_NONE,
               C = QS_ATTN_MASK_CAUSAL;
+    /* clang-format off */
     const std::vector<tcase> cs = {
         {"bshd causal d128 s150", B, C, 1, 150, 150, 1, 1, 128, 128, {}, {}},
         {"sbhd none d64 sq70 sk140 gqa 4/2", S, N, 2, 70, 140, 4, 2, 64, 64, {}, {}},
         {"bshd causal d96/80 s200 mqa 2/1", B, C, 1, 200, 200, 2, 1, 96, 80, {}, {}},
-        {"thd causal 192/128 3,140,0,60",
-         T,
-         C,
-         4,
-         203,
-         203,
-         2,
-         2,
-         192,
-         128,
-         {0, 3, 143, 143, 203},
-         {}},
-        {"thd none d128 q 5,70 kv 130,9",
-         T,
-         N,
-         2,
-         75,
-         139,
-         2,
-         1,
-         128,
-         128,
-         {0, 5, 75},
+        {"thd causal 192/128 3,140,0,60", T, C, 4, 203, 203, 2, 2, 192, 128,
+         {0, 3, 143, 143, 203}, {}},
+        {"thd none d128 q 5,70 kv 130,9", T, N, 2, 75, 139, 2, 1, 128, 128, {0, 5, 75},
          {0, 130, 139}},
         {"sbhd causal d64 sq150 sk90", S, C, 1, 150, 90, 2, 2, 64, 64, {}, {}},
         {"bshd causal absorbed 576/512 h2/1 s70", B, C, 1, 70, 70, 2, 1, 576, 512, {}, {}},
@@ -316,10 +339,13 @@ int main()
         {"sbhd causal 576/512 sq100 sk70 gqa 4/2", S, C, 1, 100, 70, 4, 2, 576, 512, {}, {}},
         {"bshd none 576/512 h2/2 sq40 sk90", B, N, 2, 40, 90, 2, 2, 576, 512, {}, {}},
     };
+    /* clang-format on */
     for (const auto &c : cs) {
         run_class<__nv_bfloat16>(c, QS_BF16);
         run_class<__half>(c, QS_FP16);
     }
+    selftest_bwd<__nv_bfloat16>(QS_BF16);
+    selftest_bwd<__half>(QS_FP16);
     printf("flash_emu: %d of %d failing\n", g_fail, g_n);
     return g_fail ? 1 : 0;
 }
