@@ -17,9 +17,9 @@
  *   swizzled (bits 4-6 ^= bits 7-9); A from registers in the m16n8k16 fragment layout, one
  *   warp's 16 rows a warp; mma.sync m16n8k16 and ldmatrix .x4 by their fragment layouts.
  * Results are not the GPU's bits (the products are summed in another order) and timings
- * mean nothing; a thread that waits for ever is reported (every fiber waiting, no progress)
- * and the program stops. A block's shared memory is a static buffer (blocks run one after
- * another; qc::fl::smraw and qc::fl::wg::smraw, the kernels' own names for it, so this
+ * mean nothing. When every thread of a block waits and none can go on, launch says so and
+ * returns false (the block is abandoned). A block's shared memory is a static buffer (blocks run
+ * one after another; qc::fl::smraw and qc::fl::wg::smraw, the kernels' own names for it, so this
  * header goes into one program source only), filled with NaNs before each block. */
 #ifndef QC_EMU_H
 #define QC_EMU_H
