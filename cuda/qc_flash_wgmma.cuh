@@ -1345,7 +1345,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     int i0 = qt * kMlaRows, lq = g.len(0, s), lk = g.len(1, s);
     if (i0 >= lq || lk == 0)
         return;
-    int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    int tid = threadIdx.x, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    /* the warpgroup, broadcast from lane 0: the compiler then knows it the same across the
+     * warp, and the branches on it below do not serialize the wgmmas (ptxas C7520) */
+    int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0);
     int gr = lane >> 2, tq = lane & 3;
     int hk = hh / (g.h / g.hkv);
     int64_t ts = g.tstride(), qb = g.base(0, s);
@@ -1429,8 +1432,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-/* dv (blockIdx.z even) or dk (odd) of a key tile over head group (blockIdx.z / 2) % ngrp:
- * block (64 keys, kv head, 2 ngrp x sequence). One group: dk and dv rounded; more: each
+/* dv (blockIdx.y even) or dk (odd) of a key tile over head group (blockIdx.y / 2) % ngrp:
+ * block (64 keys, kv head x ngrp x 2, sequence). One group: dk and dv rounded; more: each
  * group's sums unrounded into pk, pv (ngrp arrays of nk, nv floats shaped as dk, dv) for
  * sum_parts. */
 template <typename T, bool kSplit>
@@ -1447,12 +1450,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     T *sdo = sq + BM * KD;
     float *xch = reinterpret_cast<float *>(sdo + BM * DV); /* [2][NB * 4][128] */
     float *sl = xch + 2 * kMlaXs, *sd = sl + BM;
-    int s = (blockIdx.z >> 1) / ngrp, gi = (blockIdx.z >> 1) % ngrp, hk = blockIdx.y;
-    bool kmode = blockIdx.z & 1;
+    int s = blockIdx.z, gi = (blockIdx.y >> 1) % ngrp, hk = (blockIdx.y >> 1) / ngrp;
+    bool kmode = blockIdx.y & 1;
     int j0 = blockIdx.x * kMlaRows, lq = g.len(0, s), lk = g.len(1, s);
     if (j0 >= lk)
         return;
-    int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    int tid = threadIdx.x, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    /* the warpgroup, broadcast from lane 0: the compiler then knows it the same across the
+     * warp, and the branches on it below do not serialize the wgmmas (ptxas C7520) */
+    int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0);
     int gr = lane >> 2, tq = lane & 3;
     int64_t ts = g.tstride(), qb = g.base(0, s), kb = g.base(1, s);
     load_sw<T, kMlaRows, KD, kThreads>(sk, k + (kb * g.hkv + hk) * g.d, ts * g.hkv * g.d, j0,
@@ -1573,9 +1579,10 @@ __global__ void sum_parts(const float *part, int64_t n, int parts, int dt, float
  * of an H100 or H200 (132), at most a group a query head of the KV head. */
 inline int mla_groups(const geo &g, int maxk)
 {
-    int blocks = (maxk + kMlaRows - 1) / kMlaRows * g.hkv * g.b * 2, grp = g.h / g.hkv;
-    int n = blocks > 0 ? (8 * 132 + blocks - 1) / blocks : 1;
-    return n < 1 ? 1 : n > grp ? grp : n;
+    int64_t blocks = static_cast<int64_t>((maxk + kMlaRows - 1) / kMlaRows) * g.hkv * g.b * 2;
+    int64_t n = blocks > 0 ? (8 * 132 + blocks - 1) / blocks : 1;
+    int grp = g.h / g.hkv;
+    return n < 1 ? 1 : n > grp ? grp : static_cast<int>(n);
 }
 
 /* The FP32 scratch the wgmma backward of class c needs, in floats (0: none): the absorbed
@@ -1941,7 +1948,7 @@ cudaError_t bwd_mla_launch(const geo &g, int maxq, int maxk, const T *q, const T
         e = cudaMemsetAsync(scratch, 0, ng * (nk + nv) * sizeof(float), st);
     if (e != cudaSuccess)
         return e;
-    kkv<<<dim3((maxk + kMlaRows - 1) / kMlaRows, g.hkv, 2 * ng * g.b), kThreads, smk, st>>>(
+    kkv<<<dim3((maxk + kMlaRows - 1) / kMlaRows, g.hkv * ng * 2, g.b), kThreads, smk, st>>>(
         g, q, k, v, dout, lse, dd, dk, dv, overflow, ng, pk, pv, nk, nv);
     if (ng > 1) {
         sum_parts<T><<<1024, 256, 0, st>>>(pk, nk, ng, g.dt, dk);

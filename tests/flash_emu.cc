@@ -171,7 +171,7 @@ template <typename T, int KD, int DV> bool wgmma_path(problem<T> &pr, outputs &r
         std::vector<float> part(wg::bwd_scratch(3, g, pr.maxk, pr.nk, pr.nv), 0.0f);
         float *pk = ng > 1 ? part.data() : nullptr, *pv = ng > 1 ? pk + ng * pr.nk : nullptr;
         ok = ok && qc::emu::launch(uint3e{(unsigned)(pr.maxk + wg::kMlaRows - 1) / wg::kMlaRows,
-                                          (unsigned)c.hkv, 2u * ng * c.b},
+                                          (unsigned)c.hkv * ng * 2, (unsigned)c.b},
                                    block, wg::dkv_mla_kernel<T, true>, g, qp, kp, vp, dop,
                                    r.lse.data(), pr.dd.data(), r.dk.data(), r.dv.data(), &r.ovf, ng,
                                    pk, pv, (int64_t)pr.nk, (int64_t)pr.nv);
