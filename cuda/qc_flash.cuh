@@ -404,6 +404,28 @@ __global__ void dsum_kernel(int64_t rows, int dv, const float *o, const T *dout,
         dd[r] = a;
 }
 
+/* dS = P (dP - D) [ATTN-BWD] of a thread's score rows row0 and row0 + 8 (keys j0 + 8 nb +
+ * 2 tq + (e & 1)), in place of the scores x: P = exp2(S sl2 - lr) for a key below lk and
+ * (causal) not after its row, else 0 (lr, dr: the two rows' lse in log2 units and D). True
+ * when a dS is beyond T's range (the FP16 fallback). */
+template <typename T, int NB>
+__device__ __forceinline__ void ds_rows(float (*x)[4], const float (*dp)[4], float sl2,
+                                        const float *lr, const float *dr, int row0, int j0, int lk,
+                                        bool causal, int tq, bool &big)
+{
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
+            bool ok = key < lk && (!causal || key <= row);
+            float p = ok ? ex2(x[nb][e] * sl2 - lr[e >> 1]) : 0.0f;
+            float ds = p * (dp[nb][e] - dr[e >> 1]);
+            big |= fabsf(ds) > ops<T>::kMax;
+            x[nb][e] = ds;
+        }
+}
+
 /* dq of a query tile, columns [c0, c0 + OC): block (query tile, head, sequence x chunk). */
 template <typename T, class S, bool kSplit>
 __global__ void __launch_bounds__(kThreads)
@@ -472,17 +494,7 @@ __global__ void __launch_bounds__(kThreads)
                 x[nb][e] = dp[nb][e] = 0.0f;
         mma_abt<T, S::KD / 16, BN / 8>(x, sq + warp * 16 * LK, LK, sk, LK);
         mma_abt<T, S::DV / 16, BN / 8>(dp, sdo + warp * 16 * LV, LV, sv, LV);
-#pragma unroll
-        for (int nb = 0; nb < BN / 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
-                bool ok = key < lk && (!causal || key <= row);
-                float p = ok ? ex2(x[nb][e] * sl2 - lr[e >> 1]) : 0.0f;
-                float ds = p * (dp[nb][e] - dr[e >> 1]);
-                big |= fabsf(ds) > ops<T>::kMax;
-                x[nb][e] = ds;
-            }
+        ds_rows<T, BN / 8>(x, dp, sl2, lr, dr, row0, j0, lk, causal, tq, big);
         uint32_t sh[BN / 16][4], slo[kSplit ? BN / 16 : 1][4];
         to_a<T, BN / 8, kSplit>(x, sh, slo);
         mma_xb<T, BN / 16, S::OC / 8, kSplit>(acc, sh, slo, sk + c0, LK);

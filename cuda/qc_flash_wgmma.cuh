@@ -320,6 +320,16 @@ template <int NB, typename E> __device__ __forceinline__ void keep(E (*d)[4])
                  "}\n"                                                                             \
                  : QC_WG_D32                                                                       \
                  : "l"(da), "l"(db), "r"(scale_d))
+#define QC_WG_D16 QC_WG_D4(0), QC_WG_D4(1), QC_WG_D4(2), QC_WG_D4(3)
+/* m64n32k16, A and B from shared memory, both K-major (the absorbed-MLA kernels' S). */
+#define QC_WG_SS_N32(TY)                                                                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                     \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                       \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "        \
+                 "%16, %17, p, 1, 1, 0, 0;\n"                                                      \
+                 "}\n"                                                                             \
+                 : QC_WG_D16                                                                       \
+                 : "l"(da), "l"(db), "r"(scale_d))
 #define QC_WG_RS_N64(TY)                                                                           \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                     \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " QC_WG_R32 ", "        \
@@ -343,6 +353,14 @@ __device__ __forceinline__ void mma_rs_n128_bf16(float (*d)[4], const uint32_t *
 __device__ __forceinline__ void mma_rs_n128_f16(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
 {
     QC_WG_RS_N128("f16");
+}
+__device__ __forceinline__ void mma_ss_n32_bf16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    QC_WG_SS_N32("bf16");
+}
+__device__ __forceinline__ void mma_ss_n32_f16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
+{
+    QC_WG_SS_N32("f16");
 }
 __device__ __forceinline__ void mma_ss_n64_bf16(float (*d)[4], uint64_t da, uint64_t db,
                                                 int scale_d)
@@ -368,6 +386,8 @@ __device__ __forceinline__ void mma_rs_n64_f16(float (*d)[4], const uint32_t *a,
 #undef QC_WG_R32
 #undef QC_WG_SS_N128
 #undef QC_WG_SS_N64
+#undef QC_WG_D16
+#undef QC_WG_SS_N32
 #undef QC_WG_RS_N128
 #undef QC_WG_RS_N64
 #elif QC_WGMMA /* the same on the CPU (cuda/emu/qc_emu.h) */
@@ -384,26 +404,34 @@ QC_WG_EMU(mma_rs_n128_bf16, wg_rs, __nv_bfloat16, 128, const uint32_t *)
 QC_WG_EMU(mma_rs_n128_f16, wg_rs, __half, 128, const uint32_t *)
 QC_WG_EMU(mma_rs_n64_bf16, wg_rs, __nv_bfloat16, 64, const uint32_t *)
 QC_WG_EMU(mma_rs_n64_f16, wg_rs, __half, 64, const uint32_t *)
+QC_WG_EMU(mma_ss_n32_bf16, wg_ss, __nv_bfloat16, 32, uint64_t)
+QC_WG_EMU(mma_ss_n32_f16, wg_ss, __half, 32, uint64_t)
+#undef QC_WG_EMU
 #endif
 #if QC_WGMMA
 
-/* The wgmma calls of a type: S (m64n128k16, A and B from shared memory, both K-major) and
- * O (m64n{128,64}k16, A from registers, B from shared memory with the transpose bit). */
-template <typename T>
+/* The wgmma calls of a type: scores (m64n{128,64,32}k16, A and B from shared memory, both
+ * K-major) and products with P or dS (m64n{128,64}k16, A from registers, B from shared memory
+ * with the transpose bit). */
+template <typename T, int N>
 __device__ __forceinline__ void mma_ss(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
 {
-    if constexpr (std::is_same<T, __half>::value)
-        mma_ss_n128_f16(d, da, db, scale_d);
-    else
-        mma_ss_n128_bf16(d, da, db, scale_d);
-}
-template <typename T>
-__device__ __forceinline__ void mma_ss64(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
-{
-    if constexpr (std::is_same<T, __half>::value)
-        mma_ss_n64_f16(d, da, db, scale_d);
-    else
-        mma_ss_n64_bf16(d, da, db, scale_d);
+    static_assert(N == 32 || N == 64 || N == 128, "n32, n64 or n128");
+    if constexpr (std::is_same<T, __half>::value) {
+        if constexpr (N == 128)
+            mma_ss_n128_f16(d, da, db, scale_d);
+        else if constexpr (N == 64)
+            mma_ss_n64_f16(d, da, db, scale_d);
+        else
+            mma_ss_n32_f16(d, da, db, scale_d);
+    } else {
+        if constexpr (N == 128)
+            mma_ss_n128_bf16(d, da, db, scale_d);
+        else if constexpr (N == 64)
+            mma_ss_n64_bf16(d, da, db, scale_d);
+        else
+            mma_ss_n32_bf16(d, da, db, scale_d);
+    }
 }
 template <typename T, int N>
 __device__ __forceinline__ void mma_rs(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
@@ -432,7 +460,7 @@ __device__ __forceinline__ void qk_issue(float (*x)[4], const T *sa, int ra, con
     for (int kk = 0; kk < KS; kk++) {
         uint64_t da = desc(sa + (kk >> 2) * (RA * 64) + ra * 64 + (kk & 3) * 16, 16, 1024);
         uint64_t db = desc(sb + (kk >> 2) * (kBN * 64) + (kk & 3) * 16, 16, 1024);
-        mma_ss<T>(x, da, db, kk > 0);
+        mma_ss<T, 128>(x, da, db, kk > 0);
     }
     wg_commit();
 }
@@ -730,43 +758,7 @@ constexpr size_t mla_smem()
 }
 static_assert(mla_smem() <= 227 * 1024, "the absorbed-MLA forward's shared memory");
 
-#if QC_WGMMA && !defined(QC_EMU)
-#define QC_WG_D16 "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),      \
-        "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), \
-        "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-/* m64n32k16, A and B from shared memory, both K-major. */
-#define QC_WG_SS_N32(TY)                                                                           \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                     \
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                       \
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "        \
-                 "%16, %17, p, 1, 1, 0, 0;\n"                                                      \
-                 "}\n"                                                                             \
-                 : QC_WG_D16                                                                       \
-                 : "l"(da), "l"(db), "r"(scale_d))
-__device__ __forceinline__ void mma_ss_n32_bf16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
-{
-    QC_WG_SS_N32("bf16");
-}
-__device__ __forceinline__ void mma_ss_n32_f16(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
-{
-    QC_WG_SS_N32("f16");
-}
-#undef QC_WG_D16
-#undef QC_WG_SS_N32
-#elif QC_WGMMA /* the same on the CPU */
-QC_WG_EMU(mma_ss_n32_bf16, wg_ss, __nv_bfloat16, 32, uint64_t)
-QC_WG_EMU(mma_ss_n32_f16, wg_ss, __half, 32, uint64_t)
-#undef QC_WG_EMU
-#endif
 #if QC_WGMMA
-template <typename T>
-__device__ __forceinline__ void mma_ss32(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
-{
-    if constexpr (std::is_same<T, __half>::value)
-        mma_ss_n32_f16(d, da, db, scale_d);
-    else
-        mma_ss_n32_bf16(d, da, db, scale_d);
-}
 
 /* x[4][4] = A B^T over the k steps w, w + 2, ..., w + 2 (KS - 1) (w 0 or 1: the two
  * warpgroups interleave theirs, so that a step's offset is a constant from a base that
@@ -782,7 +774,7 @@ __device__ __forceinline__ void qk32_issue(float (*x)[4], const T *sa, const T *
     for (int i = 0; i < KS; i++) {
         int oa = (i >> 1) * (kMlaRows * 64) + (i & 1) * 32;
         int ob = (i >> 1) * (kMlaBN * 64) + (i & 1) * 32;
-        mma_ss32<T>(x, desc_add<T>(da0, oa), desc_add<T>(db0, ob), i > 0);
+        mma_ss<T, 32>(x, desc_add<T>(da0, oa), desc_add<T>(db0, ob), i > 0);
     }
     wg_commit();
 }
@@ -935,7 +927,7 @@ __device__ __forceinline__ void abt64_issue(float (*x)[4], const T *sa, int ra, 
     const uint64_t da0 = desc(sa + ra * 64, 16, 1024), db0 = desc(sb, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < KS; kk++)
-        mma_ss64<T>(x, desc_add<T>(da0, (kk >> 2) * (RA * 64) + (kk & 3) * 16),
+        mma_ss<T, 64>(x, desc_add<T>(da0, (kk >> 2) * (RA * 64) + (kk & 3) * 16),
                     desc_add<T>(db0, (kk >> 2) * (kBwdBM * 64) + (kk & 3) * 16), kk > 0);
 }
 
@@ -1186,17 +1178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const T *sk = skv + buf * (BN * KD + BN * DV), *sv = sk + BN * KD;
         float x[BN / 8][4], dp[BN / 8][4];
         scores64<T, KD, DV>(x, dp, sq, sk, sdo, sv, wgi * 64); /* S, dP */
-#pragma unroll
-        for (int nb = 0; nb < BN / 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
-                bool ok = key < lk && (!causal || key <= row);
-                float p = ok ? ex2(x[nb][e] * sl2 - lr[e >> 1]) : 0.0f;
-                float ds = p * (dp[nb][e] - dr[e >> 1]);
-                big |= fabsf(ds) > ops<T>::kMax;
-                x[nb][e] = ds;
-            }
+        ds_rows<T, BN / 8>(x, dp, sl2, lr, dr, row0, j0, lk, causal, tq, big);
         uint32_t sh[BN / 16][4], slo[kSplit ? BN / 16 : 1][4];
         to_a<T, BN / 8, kSplit>(x, sh, slo);
         wg_fence();
@@ -1238,17 +1220,17 @@ __global__ void __launch_bounds__(kThreads, 1)
  * Shared memory: dq 220 KiB (Q, dO, one K and one V tile, the exchange), dkv 220 KiB (K, V,
  * one Q and one dO tile, the exchange); the next V tile of the dq pass loads while dS K
  * computes, the other loads wait for the tile before them. */
-constexpr int kMlaBM = 32;                   /* the streamed tile's rows */
-constexpr int kMlaC0 = 256;                  /* the first warpgroup's columns of dQ, dK, dV */
-constexpr int kMlaXs = kMlaBM / 8 * 4 * 128; /* floats of one warpgroup's 64 x 32 tile */
+/* The streamed tiles are the forward's 32 rows (kMlaBN); a warpgroup's 64 x 32 exchange tile
+ * is the forward's kMlaXch floats. */
+constexpr int kMlaC0 = 256; /* the first warpgroup's columns of dQ, dK, dV */
 constexpr size_t mla_dq_smem()
 {
-    return (size_t)(kMlaRows * kMlaKD + kMlaRows * kMlaDV + kMlaBM * kMlaKD + kMlaBM * kMlaDV) * 2 +
-           2 * kMlaXs * sizeof(float) + 1024;
+    return (size_t)(kMlaRows * kMlaKD + kMlaRows * kMlaDV + kMlaBN * kMlaKD + kMlaBN * kMlaDV) * 2 +
+           2 * kMlaXch * sizeof(float) + 1024;
 }
 constexpr size_t mla_dkv_smem()
 {
-    return mla_dq_smem() + 2 * kMlaBM * sizeof(float);
+    return mla_dq_smem() + 2 * kMlaBN * sizeof(float);
 }
 static_assert(mla_dkv_smem() <= 227 * 1024, "the absorbed-MLA backward's shared memory");
 
@@ -1261,8 +1243,8 @@ __device__ __forceinline__ void ab32_issue(float (*x)[4], const T *sa, const T *
     const uint64_t da0 = desc(sa, 16, 1024), db0 = desc(sb, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < KS; kk++)
-        mma_ss32<T>(x, desc_add<T>(da0, (kk >> 2) * (kMlaRows * 64) + (kk & 3) * 16),
-                    desc_add<T>(db0, (kk >> 2) * (kMlaBM * 64) + (kk & 3) * 16), kk > 0);
+        mma_ss<T, 32>(x, desc_add<T>(da0, (kk >> 2) * (kMlaRows * 64) + (kk & 3) * 16),
+                    desc_add<T>(db0, (kk >> 2) * (kMlaBN * 64) + (kk & 3) * 16), kk > 0);
     wg_commit();
 }
 
@@ -1272,18 +1254,18 @@ template <typename T, int NP, bool kSplit>
 __device__ __forceinline__ void xb32_issue(float (*acc)[4], const uint32_t (*hi)[4],
                                            const uint32_t (*lo)[4], const T *sb, int p0)
 {
-    const uint64_t d0 = desc(sb + p0 * (kMlaBM * 64), kMlaBM * 128, 1024);
+    const uint64_t d0 = desc(sb + p0 * (kMlaBN * 64), kMlaBN * 128, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kMlaBM / 16; kk++) {
+    for (int kk = 0; kk < kMlaBN / 16; kk++) {
 #pragma unroll
         for (int pp = 0; pp < NP / 2; pp++) {
-            uint64_t db = desc_add<T>(d0, 2 * pp * (kMlaBM * 64) + kk * 16 * 64);
+            uint64_t db = desc_add<T>(d0, 2 * pp * (kMlaBN * 64) + kk * 16 * 64);
             mma_rs<T, 128>(acc + 16 * pp, hi[kk], db, 1);
             if constexpr (kSplit)
                 mma_rs<T, 128>(acc + 16 * pp, lo[kk], db, 1);
         }
         if constexpr (NP % 2) {
-            uint64_t db = desc_add<T>(d0, (NP - 1) * (kMlaBM * 64) + kk * 16 * 64);
+            uint64_t db = desc_add<T>(d0, (NP - 1) * (kMlaBN * 64) + kk * 16 * 64);
             mma_rs<T, 64>(acc + 8 * (NP - 1), hi[kk], db, 1);
             if constexpr (kSplit)
                 mma_rs<T, 64>(acc + 8 * (NP - 1), lo[kk], db, 1);
@@ -1333,7 +1315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                   const float *dd, float *dq, int *overflow)
 {
 #if QC_WGMMA
-    constexpr int KD = kMlaKD, DV = kMlaDV, BN = kMlaBM, NB = BN / 8;
+    constexpr int KD = kMlaKD, DV = kMlaDV, BN = kMlaBN, NB = BN / 8;
     constexpr int NC = (KD - kMlaC0) / 8; /* 8-column blocks of the larger share */
     extern __shared__ __align__(1024) unsigned char smraw[];
     T *sq = align1k<T>(smraw), *sdo = sq + kMlaRows * KD, *sk = sdo + kMlaRows * DV;
@@ -1378,7 +1360,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int nb = 0; nb < NC; nb++)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     bool big = false;
-    float *mine = xch + wgi * kMlaXs, *twin = xch + (1 - wgi) * kMlaXs;
+    float *mine = xch + wgi * kMlaXch, *twin = xch + (1 - wgi) * kMlaXch;
     for (int j0 = 0; j0 < kend; j0 += BN) {
         cp_wait_n<0>();
         fence_async_smem();
@@ -1396,18 +1378,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             load_sw<T, BN, DV, kThreads>(sv, vg, vrs, j0 + BN, lk - j0 - BN, g.dv, tid);
             cp_commit();
         }
-        float ds[NB][4];
+        float ds[NB][4], dp[NB][4]; /* S (becoming dS) and dP: each warpgroup's own and its twin's */
 #pragma unroll
         for (int nb = 0; nb < NB; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
-                bool ok = key < lk && (!causal || key <= row);
-                float sc = wgi == 0 ? x[nb][e] : y[nb][e], dp = wgi == 0 ? y[nb][e] : x[nb][e];
-                float p = ok ? ex2(sc * sl2 - lr[e >> 1]) : 0.0f;
-                ds[nb][e] = p * (dp - dr[e >> 1]);
-                big |= fabsf(ds[nb][e]) > ops<T>::kMax;
+                ds[nb][e] = wgi == 0 ? x[nb][e] : y[nb][e];
+                dp[nb][e] = wgi == 0 ? y[nb][e] : x[nb][e];
             }
+        ds_rows<T, NB>(ds, dp, sl2, lr, dr, row0, j0, lk, causal, tq, big);
         uint32_t sh[BN / 16][4], slo[kSplit ? BN / 16 : 1][4];
         to_a<T, NB, kSplit>(ds, sh, slo);
         xb32_cols<T, kSplit>(acc, sh, slo, sk, wgi);
@@ -1443,13 +1422,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                    float *pv, int64_t nk, int64_t nv)
 {
 #if QC_WGMMA
-    constexpr int KD = kMlaKD, DV = kMlaDV, BM = kMlaBM, NB = BM / 8;
+    constexpr int KD = kMlaKD, DV = kMlaDV, BM = kMlaBN, NB = BM / 8;
     constexpr int NC = (KD - kMlaC0) / 8; /* 8-column blocks of the larger dK share */
     extern __shared__ __align__(1024) unsigned char smraw[];
     T *sk = align1k<T>(smraw), *sv = sk + kMlaRows * KD, *sq = sv + kMlaRows * DV;
     T *sdo = sq + BM * KD;
     float *xch = reinterpret_cast<float *>(sdo + BM * DV); /* [2][NB * 4][128] */
-    float *sl = xch + 2 * kMlaXs, *sd = sl + BM;
+    float *sl = xch + 2 * kMlaXch, *sd = sl + BM;
     int s = blockIdx.z, gi = (blockIdx.y >> 1) % ngrp, hk = (blockIdx.y >> 1) / ngrp;
     bool kmode = blockIdx.y & 1;
     int j0 = blockIdx.x * kMlaRows, lq = g.len(0, s), lk = g.len(1, s);
@@ -1478,7 +1457,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int nb = 0; nb < NC; nb++)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     bool big = false;
-    float *mine = xch + wgi * kMlaXs, *twin = xch + (1 - wgi) * kMlaXs;
+    float *mine = xch + wgi * kMlaXch, *twin = xch + (1 - wgi) * kMlaXch;
     for (int tt = 0; tt < nt; tt++) {
         int hh = hk * grp + h0 + tt / nqt, i0 = istart + (tt % nqt) * BM;
         /* the tile into the one buffer: every thread is done with the one before */
