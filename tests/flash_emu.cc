@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/attn_inputs.h"
 #include "qspec/attention.h"
 #include "qspec/format.h"
 #include "qspec/mathf.h"
@@ -35,43 +36,12 @@ struct tcase {
     std::vector<int32_t> cu, cuk; /* thd: cu_seqlens of the queries, of the keys (or cu) */
 };
 
-uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-
-float gauss()
-{
-    float s = 0.0f;
-    for (int i = 0; i < 4; i++) {
-        g_rng ^= g_rng << 13;
-        g_rng ^= g_rng >> 7;
-        g_rng ^= g_rng << 17;
-        s += static_cast<float>((g_rng >> 40) & 0xFFFFFF) * 0x1p-24f;
-    }
-    return (s - 2.0f) * 1.7320508f;
-}
-
-std::vector<float> randn(size_t n, qs_dtype dt)
-{
-    std::vector<float> v(n);
-    for (auto &x : v)
-        x = dt == QS_BF16 ? qs_round_bf16(gauss()) : qs_round_f16(gauss());
-    return v;
-}
+qc::check::rng g_rng{0x9E3779B97F4A7C15ull};
+using qc::check::excess;
 
 template <typename T> std::vector<T> to_t(const std::vector<float> &x)
 {
     return std::vector<T>(x.begin(), x.end());
-}
-
-/* the largest [ATTN-TOL] excess of x over r (1: at the tolerance; NaN counts as failing) */
-double excess(const std::vector<float> &x, const std::vector<float> &r, double rtol)
-{
-    double worst = 0.0;
-    for (size_t e = 0; e < x.size(); e++) {
-        double t = std::fabs((double)x[e] - r[e]) / (1e-5 + rtol * std::fabs((double)r[e]));
-        if (!(t <= worst))
-            worst = t;
-    }
-    return worst;
 }
 
 int g_fail = 0, g_n = 0;
@@ -93,7 +63,8 @@ template <typename T> struct problem {
         int64_t tq = thd ? c.sq : (int64_t)c.b * c.sq, tk = thd ? c.sk : (int64_t)c.b * c.sk;
         nq = tq * c.h * c.d, nk = tk * c.hkv * c.d, nv = tk * c.hkv * c.dv;
         no = tq * c.h * c.dv, nl = tq * c.h;
-        q = randn(nq, dt), k = randn(nk, dt), v = randn(nv, dt), dout = randn(no, dt);
+        q = g_rng.randn(nq, dt), k = g_rng.randn(nk, dt), v = g_rng.randn(nv, dt),
+        dout = g_rng.randn(no, dt);
         qt = to_t<T>(q), kt = to_t<T>(k), vt = to_t<T>(v), dot = to_t<T>(dout);
         const int32_t *cuq = thd ? c.cu.data() : nullptr;
         const int32_t *cuk = thd ? (c.cuk.empty() ? c.cu.data() : c.cuk.data()) : nullptr;
@@ -282,8 +253,8 @@ template <typename T> void run_class(const tcase &c, qs_dtype dt)
 template <typename T> void selftest_bwd(qs_dtype dt)
 {
     const int K = 192;
-    auto a = randn(128 * K, dt), b = randn(64 * K, dt), p = randn(64 * 64, dt),
-         c = randn(64 * K, dt);
+    auto a = g_rng.randn(128 * K, dt), b = g_rng.randn(64 * K, dt), p = g_rng.randn(64 * 64, dt),
+         c = g_rng.randn(64 * K, dt);
     auto at = to_t<T>(a), bt = to_t<T>(b), ct = to_t<T>(c);
     std::vector<float> gs(64 * 64), go(64 * K);
     bool ok = qc::emu::launch(uint3e{1, 1, 1}, uint3e{128, 1, 1}, wg::test_bwd<T>,

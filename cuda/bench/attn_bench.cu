@@ -23,6 +23,7 @@
 
 #include <vector>
 
+#include "attn_inputs.h"
 #include "bench_common.cuh"
 #include "qc_flash.cuh"
 #include "qc_flash.h"
@@ -43,39 +44,8 @@ template <typename Tt> Tt *dalloc(size_t n)
     BENCH_CHECK(cudaMalloc(&p, n * sizeof(Tt)));
     return p;
 }
-uint64_t g_rng = 0x2545F4914F6CDD1Dull;
-
-float gauss()
-{
-    float s = 0.0f;
-    for (int i = 0; i < 4; i++) {
-        g_rng ^= g_rng << 13;
-        g_rng ^= g_rng >> 7;
-        g_rng ^= g_rng << 17;
-        s += static_cast<float>((g_rng >> 40) & 0xFFFFFF) * 0x1p-24f;
-    }
-    return (s - 2.0f) * 1.7320508f;
-}
-
-std::vector<float> randn(size_t n, qs_dtype dt)
-{
-    std::vector<float> v(n);
-    for (auto &x : v)
-        x = dt == QS_BF16 ? qs_round_bf16(gauss()) : qs_round_f16(gauss());
-    return v;
-}
-
-/* The largest |x - r| / (atol + rtol |r|) of [ATTN-TOL] (above 1: outside). */
-double excess(const std::vector<float> &x, const std::vector<float> &r, double rtol)
-{
-    double worst = 0.0;
-    for (size_t e = 0; e < x.size(); e++) {
-        double t = fabs((double)x[e] - r[e]) / (1e-5 + rtol * fabs((double)r[e]));
-        if (!(t <= worst))
-            worst = t; /* NaN too */
-    }
-    return worst;
-}
+qc::check::rng g_rng{0x2545F4914F6CDD1Dull};
+using qc::check::excess;
 
 struct small_case {
     const char *name;
@@ -190,8 +160,8 @@ void check_case(const small_case &c, qs_dtype dt)
     qs_sdpa_params p = case_params(c, dt);
     bool thd = c.layout == QS_ATTN_THD;
     int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
-    auto q = randn(tq * c.h * c.d, dt), k = randn(tk * c.hkv * c.d, dt),
-         v = randn(tk * c.hkv * c.dv, dt), dout = randn(tq * c.h * c.dv, dt);
+    auto q = g_rng.randn(tq * c.h * c.d, dt), k = g_rng.randn(tk * c.hkv * c.d, dt),
+         v = g_rng.randn(tk * c.hkv * c.dv, dt), dout = g_rng.randn(tq * c.h * c.dv, dt);
     path_out r[2];
     if (!run_path("check", "reference", c, p, q, k, v, dout, true, nullptr, r[0]) ||
         !run_path("check", "flash", c, p, q, k, v, dout, false, r[0].o.data(), r[1]))
@@ -309,7 +279,7 @@ void ref_product(const float *a, int lda, const float *b, int bk, int bj, int ro
 template <typename T> bool selftest_ss(int ks)
 {
     qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
-    auto a = randn(64 * 128, dt), b = randn(128 * 128, dt);
+    auto a = g_rng.randn(64 * 128, dt), b = g_rng.randn(128 * 128, dt);
     std::vector<double> want, tol;
     ref_product(a.data(), 128, b.data(), 1, 128, 64, 128, 16 * ks, want, tol);
     T *da = dup(to_t<T>(a)), *db = dup(to_t<T>(b));
@@ -336,7 +306,7 @@ template <typename T> bool selftest_ss(int ks)
 template <typename T, int N> bool selftest_rs()
 {
     qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
-    auto p = randn(64 * 128, dt), v = randn(128 * N, dt);
+    auto p = g_rng.randn(64 * 128, dt), v = g_rng.randn(128 * N, dt);
     std::vector<double> want, tol;
     ref_product(p.data(), 128, v.data(), N, 1, 64, N, 128, want, tol);
     float *dp = dup(p);
@@ -365,8 +335,8 @@ template <typename T> bool selftest_mla()
 {
     qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
     const int KD = 576, DV = 512;
-    auto a = randn(64 * KD, dt), b = randn(32 * KD, dt), p = randn(64 * 32, dt),
-         v = randn(32 * DV, dt);
+    auto a = g_rng.randn(64 * KD, dt), b = g_rng.randn(32 * KD, dt), p = g_rng.randn(64 * 32, dt),
+         v = g_rng.randn(32 * DV, dt);
     std::vector<double> want_s, tol_s, want_o, tol_o;
     ref_product(a.data(), KD, b.data(), 1, KD, 64, 32, KD, want_s, tol_s);
     ref_product(p.data(), 32, v.data(), DV, 1, 64, DV, 32, want_o, tol_o);
@@ -404,8 +374,8 @@ template <typename T> bool selftest_bwd()
 {
     qs_dtype dt = std::is_same<T, __half>::value ? QS_FP16 : QS_BF16;
     const int K = 192;
-    auto a = randn(128 * K, dt), b = randn(64 * K, dt), p = randn(64 * 64, dt),
-         c = randn(64 * K, dt);
+    auto a = g_rng.randn(128 * K, dt), b = g_rng.randn(64 * K, dt), p = g_rng.randn(64 * 64, dt),
+         c = g_rng.randn(64 * K, dt);
     std::vector<double> want_s, tol_s, want_o, tol_o;
     ref_product(a.data() + 64 * K, K, b.data(), 1, K, 64, 64, K, want_s, tol_s);
     ref_product(p.data(), 64, c.data(), K, 1, 64, K, 64, want_o, tol_o);
@@ -440,8 +410,8 @@ void check_wgmma_case(const small_case &c, qs_dtype dt)
     qs_sdpa_params p = case_params(c, dt);
     bool thd = c.layout == QS_ATTN_THD;
     int64_t tq = thd ? c.sq : c.b * c.sq, tk = thd ? c.sk : c.b * c.sk;
-    auto q = randn(tq * c.h * c.d, dt), k = randn(tk * c.hkv * c.d, dt),
-         v = randn(tk * c.hkv * c.dv, dt), dout = randn(tq * c.h * c.dv, dt);
+    auto q = g_rng.randn(tq * c.h * c.d, dt), k = g_rng.randn(tk * c.hkv * c.d, dt),
+         v = g_rng.randn(tk * c.hkv * c.dv, dt), dout = g_rng.randn(tq * c.h * c.dv, dt);
     static const char *const kPath[3] = {"reference", "mma.sync", "wgmma"};
     path_out r[3];
     bool took = false, ok = true;
