@@ -29,12 +29,7 @@ using qc::emu::uint3e;
 namespace fl = qc::fl;
 namespace wg = qc::fl::wg;
 
-struct tcase {
-    const char *name;
-    int layout, mask;
-    int b, sq, sk, h, hkv, d, dv;
-    std::vector<int32_t> cu, cuk; /* thd: cu_seqlens of the queries, of the keys (or cu) */
-};
+using tcase = qc::check::small_case;
 
 qc::check::rng g_rng{0x9E3779B97F4A7C15ull};
 using qc::check::excess;
@@ -66,22 +61,8 @@ template <typename T> struct problem {
         q = g_rng.randn(nq, dt), k = g_rng.randn(nk, dt), v = g_rng.randn(nv, dt),
         dout = g_rng.randn(no, dt);
         qt = to_t<T>(q), kt = to_t<T>(k), vt = to_t<T>(v), dot = to_t<T>(dout);
-        const int32_t *cuq = thd ? c.cu.data() : nullptr;
-        const int32_t *cuk = thd ? (c.cuk.empty() ? c.cu.data() : c.cuk.data()) : nullptr;
-        qs_sdpa_params p{};
-        p.layout = (qs_attn_layout)c.layout;
-        p.mask = (qs_attn_mask)c.mask;
-        p.b = c.b;
-        p.sq = c.sq;
-        p.sk = c.sk;
-        p.h = c.h;
-        p.hkv = c.hkv;
-        p.d = c.d;
-        p.dv = c.dv;
-        p.dtype = dt;
-        p.scale = qs_rsqrtf((float)c.d);
-        p.cu_seqlens_q = cuq;
-        p.cu_seqlens_kv = cuk;
+        qs_sdpa_params p = qc::check::case_params(c, dt);
+        const int32_t *cuq = p.cu_seqlens_q, *cuk = p.cu_seqlens_kv; /* NULL unless thd */
         o_ref.resize(no), lse_ref.resize(nl), dq_ref.resize(nq), dk_ref.resize(nk);
         dv_ref.resize(nv);
         qs_ctx *ctx = qs_ctx_new();
@@ -98,8 +79,8 @@ template <typename T> struct problem {
                 acc += dout[r * c.dv + j] * o_ref[r * c.dv + j];
             dd[r] = acc;
         }
-        g = fl::geo{c.layout, c.mask, dt,  c.b, c.sq,    c.sk,    c.h,    c.hkv,
-                    c.d,      c.dv,   cuq, cuk, nullptr, nullptr, p.scale};
+        g = fl::geo{c.layout, c.mask,    dt,  (int)c.b, (int)c.sq, (int)c.sk, (int)c.h, (int)c.hkv,
+                    (int)c.d, (int)c.dv, cuq, cuk,      nullptr,   nullptr,   p.scale};
         maxq = c.sq, maxk = c.sk;
         if (thd) {
             maxq = maxk = 0;
@@ -183,12 +164,12 @@ template <typename T, int C> bool mma_sync_path(problem<T> &pr, outputs &r)
              nkt = (pr.maxk + fl::kRows - 1) / fl::kRows;
     unsigned nf = (c.dv + SF::OC - 1) / SF::OC, nd = (c.d + SQ::OC - 1) / SQ::OC;
     unsigned nkv = (c.d + SK::OC - 1) / SK::OC + (c.dv + SK::OCV - 1) / SK::OCV;
-    bool ok = qc::emu::launch(uint3e{nqt, (unsigned)c.h, c.b * nf}, block,
+    bool ok = qc::emu::launch(uint3e{nqt, (unsigned)c.h, (unsigned)c.b * nf}, block,
                               fl::fwd_kernel<T, SF, true>, g, qp, kp, vp, r.o.data(), r.lse.data());
-    ok = ok &&
-         qc::emu::launch(uint3e{nqt, (unsigned)c.h, c.b * nd}, block, fl::dq_kernel<T, SQ, true>, g,
-                         qp, kp, vp, dop, r.lse.data(), pr.dd.data(), r.dq.data(), &r.ovf);
-    ok = ok && qc::emu::launch(uint3e{nkt, (unsigned)c.hkv, c.b * nkv}, block,
+    ok = ok && qc::emu::launch(uint3e{nqt, (unsigned)c.h, (unsigned)c.b * nd}, block,
+                               fl::dq_kernel<T, SQ, true>, g, qp, kp, vp, dop, r.lse.data(),
+                               pr.dd.data(), r.dq.data(), &r.ovf);
+    ok = ok && qc::emu::launch(uint3e{nkt, (unsigned)c.hkv, (unsigned)c.b * nkv}, block,
                                fl::dkv_kernel<T, SK, true>, g, qp, kp, vp, dop, r.lse.data(),
                                pr.dd.data(), r.dk.data(), r.dv.data(), &r.ovf);
     return ok;

@@ -47,36 +47,8 @@ template <typename Tt> Tt *dalloc(size_t n)
 qc::check::rng g_rng{0x2545F4914F6CDD1Dull};
 using qc::check::excess;
 
-struct small_case {
-    const char *name;
-    int layout, mask;
-    int64_t b, sq, sk, h, hkv, d, dv;
-    std::vector<int32_t> cu;  /* thd: the queries' cu_seqlens, and the keys' unless cuk is set */
-    std::vector<int32_t> cuk; /* thd: the keys' cu_seqlens when they differ */
-};
-
-/* The slot parameters of a case at dtype dt (scale 1/sqrt(d)). */
-qs_sdpa_params case_params(const small_case &c, qs_dtype dt)
-{
-    qs_sdpa_params p;
-    memset(&p, 0, sizeof p);
-    p.layout = (qs_attn_layout)c.layout;
-    p.mask = (qs_attn_mask)c.mask;
-    p.b = c.b;
-    p.sq = c.sq;
-    p.sk = c.sk;
-    p.h = c.h;
-    p.hkv = c.hkv;
-    p.d = c.d;
-    p.dv = c.dv;
-    p.dtype = dt;
-    p.scale = qs_rsqrtf((float)c.d);
-    if (c.layout == QS_ATTN_THD) {
-        p.cu_seqlens_q = c.cu.data();
-        p.cu_seqlens_kv = c.cuk.empty() ? c.cu.data() : c.cuk.data();
-    }
-    return p;
-}
+using qc::check::case_params;
+using qc::check::small_case;
 
 /* The forward slot's arguments for p on host arrays, o and lse to be written. */
 qs_sdpa_args fwd_args(const qs_sdpa_params &p, const std::vector<float> &q,
