@@ -6,7 +6,8 @@
 #                   last line it printed
 #   suite.txt/.json the default suite on the plugin (reference-order kernels), --timing
 #   suite-fast.*    the same with QSPEC_CUDA_SDPA=flash QSPEC_CUDA_GDN=chunk
-#   suite-wgbwd.*   and with the wgmma flash backward too (QSPEC_CUDA_FLASH_WGMMA_BWD=1)
+#   suite-mma.*     and with the mma.sync flash kernels instead of the wgmma ones (the path of
+#                   other devices and head dims: QSPEC_CUDA_FLASH_WGMMA=0)
 #   large.txt       the large tier (fast kernels), one `qspec run --timing` per case, LARGE_JOBS
 #                   at a time, so a case cut by the budget costs only its own verdict;
 #                   large/ID.txt and large/ID.json each case's output and report
@@ -80,9 +81,9 @@ checks() {
             --timing --quiet --report-json "$OUT/suite.json" "$S/conformance/cases"
         step "suite (${fast[*]})" suite-fast.txt 20 env "${fast[@]}" "$Q" run --backend cuda \
             --jobs "$JOBS" --timing --quiet --report-json "$OUT/suite-fast.json" "$S/conformance/cases"
-        step "suite (${fast[*]} QSPEC_CUDA_FLASH_WGMMA_BWD=1)" suite-wgbwd.txt 10 env "${fast[@]}" \
-            QSPEC_CUDA_FLASH_WGMMA_BWD=1 "$Q" run --backend cuda --jobs "$JOBS" --quiet \
-            --report-json "$OUT/suite-wgbwd.json" "$S/conformance/cases"
+        step "suite (${fast[*]} QSPEC_CUDA_FLASH_WGMMA=0)" suite-mma.txt 10 env "${fast[@]}" \
+            QSPEC_CUDA_FLASH_WGMMA=0 "$Q" run --backend cuda --jobs "$JOBS" --quiet \
+            --report-json "$OUT/suite-mma.json" "$S/conformance/cases"
     ) &
     if "$PY" -c 'import torch, torchao' >/dev/null 2>&1; then
         step "framework cases, large (PyTorch adapter)" torch-large.txt 40 \
@@ -127,13 +128,12 @@ bench() {
     step "gemm_bench --block" bench.txt 4 "$B/cuda/bench/gemm_bench" --block --no-agreement
 }
 
-# the flash attention kernels alone (PARTS=flash): their self-test, the suite through the
-# wgmma backward, attn_bench and its peers
+# the flash attention kernels alone (PARTS=flash): their self-test, the suite through them,
+# attn_bench and its peers
 flash() {
     step "attn_bench --wgmma-selftest" checks.txt 10 "$B/cuda/bench/attn_bench" --wgmma-selftest
-    step "suite (${fast[*]} QSPEC_CUDA_FLASH_WGMMA_BWD=1)" suite-wgbwd.txt 30 env "${fast[@]}" \
-        QSPEC_CUDA_FLASH_WGMMA_BWD=1 "$Q" run --backend cuda --jobs "$JOBS" --quiet \
-        --report-json "$OUT/suite-wgbwd.json" "$S/conformance/cases"
+    step "suite (${fast[*]})" suite-fast.txt 30 env "${fast[@]}" "$Q" run --backend cuda \
+        --jobs "$JOBS" --quiet --report-json "$OUT/suite-fast.json" "$S/conformance/cases"
     step "attn_bench" bench.txt 30 "$B/cuda/bench/attn_bench"
     step "attn_peer.py" bench.txt 20 "$PY" "$S/cuda/bench/attn_peer.py"
 }

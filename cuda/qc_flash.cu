@@ -9,9 +9,8 @@
  * one (d <= 192, dv <= 128, or the absorbed-MLA class d <= 576, dv <= 512; both multiples of
  * 8, a positive scale) on a device of compute capability 9.0, unless
  * QSPEC_CUDA_FLASH_WGMMA=0 (then, and for every other request, the mma.sync kernels of
- * cuda/qc_flash.cuh). The backward runs the wgmma kernels under the same conditions and
- * QSPEC_CUDA_FLASH_WGMMA_BWD=1 only: they have not yet run on a GPU
- * (cuda/bench/attn_bench checks them), so the mma.sync backward stays the default. */
+ * cuda/qc_flash.cuh). The backward runs the wgmma kernels under the same conditions, unless
+ * QSPEC_CUDA_FLASH_WGMMA_BWD=0 (then the mma.sync backward, to compare the two). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,7 +149,7 @@ qs_status bwd_any(const flash_req &r, const qs_sdpa_args *a, const T *q, const T
 {
     cudaError_t e;
     const char *opt = getenv("QSPEC_CUDA_FLASH_WGMMA_BWD");
-    int wc = opt && strcmp(opt, "1") == 0 ? wgmma_class(a->p) : -1;
+    int wc = opt && strcmp(opt, "0") == 0 ? -1 : wgmma_class(a->p);
     if (wc >= 0) {
         const qs_sdpa_params &p = a->p;
         int64_t nk = r.tk * p.hkv * p.d, nv = r.tk * p.hkv * p.dv;

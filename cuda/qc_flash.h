@@ -15,8 +15,8 @@ qs_status qc_flash_fwd(qs_sdpa_args *a);
  * and dv <= 512; multiples of 8, scale > 0), the device is sm_90 and QSPEC_CUDA_FLASH_WGMMA is
  * not "0". */
 bool qc_flash_wgmma_takes(const qs_sdpa_args *a);
-/* The backward; on the wgmma kernels too when qc_flash_wgmma_takes and
- * QSPEC_CUDA_FLASH_WGMMA_BWD is "1" (read at each call; cuda/qc_flash.cu). */
+/* The backward; on the wgmma kernels too when qc_flash_wgmma_takes, unless
+ * QSPEC_CUDA_FLASH_WGMMA_BWD is "0" (read at each call; cuda/qc_flash.cu). */
 qs_status qc_flash_bwd(qs_sdpa_args *a, int *fell_back);
 
 #endif

@@ -7,7 +7,7 @@
  * to BF16 once). TFLOP/s count the causal half: forward 2 B H S^2 (d_qk + d_v) / 2, backward
  * 2.5 times that (the convention of the FlashAttention papers and cuda/bench/attn_peer.py).
  * The Hopper wgmma kernels (cuda/qc_flash_wgmma.cuh: the plugin's default forward on sm_90
- * where it fits; the backward under QSPEC_CUDA_FLASH_WGMMA_BWD=1) are checked in layers:
+ * where it fits, forward and backward) are checked in layers:
  * (1) the shared-memory layout and descriptors on one product S = A B^T, (2) the register-A
  * product P V with V's layout, (3) the whole forward and backward against the
  * reference-order slots and the mma.sync kernels on small cases; then timed beside the
