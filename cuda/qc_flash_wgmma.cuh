@@ -816,7 +816,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     int i0 = qt * kMlaRows, lq = g.len(0, s), lk = g.len(1, s);
     if (i0 >= lq || lk == 0)
         return; /* [ATTN-EMPTY-ROW] rows keep o 0, lse -inf */
-    int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    int tid = threadIdx.x, t = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+    /* the warpgroup, broadcast from lane 0 so that the compiler knows it warp-uniform and keeps
+     * what derives from it (the descriptors of S) in uniform registers */
+    int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0);
     int hk = hh / (g.h / g.hkv);
     int64_t ts = g.tstride();
     const T *qg = q + (g.base(0, s) * g.h + hh) * g.d;
