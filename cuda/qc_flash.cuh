@@ -151,14 +151,16 @@ __device__ __forceinline__ float ex2(float x)
 __device__ __forceinline__ void cp16(void *s, const void *g)
 {
 #ifdef QC_EMU
-    memcpy(s, g, 16);
+    emu::cp_async(s, g, true);
 #else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(s)), "l"(g));
 #endif
 }
 __device__ __forceinline__ void cp_wait()
 {
-#ifndef QC_EMU /* the emulator's copies are done */
+#ifdef QC_EMU
+    emu::cp_land_all();
+#else
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
 #endif
 }

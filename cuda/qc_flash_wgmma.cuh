@@ -126,19 +126,18 @@ __device__ __forceinline__ void nb_arrive(int id)
 {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
-#else /* the same on the CPU (cuda/emu/qc_emu.h): copies done at once */
+#else /* the same on the CPU (cuda/emu/qc_emu.h): copies land when waited for */
 inline void cp16z(void *s, const void *g, bool ok)
 {
-    if (ok)
-        memcpy(s, g, 16);
-    else
-        memset(s, 0, 16);
+    emu::cp_async(s, g, ok);
 }
 inline void cp_commit()
 {
+    emu::cp_commit();
 }
 template <int N> inline void cp_wait_n()
 {
+    emu::cp_wait(N);
 }
 inline void fence_async_smem()
 {
@@ -153,6 +152,7 @@ inline void mb_arrive(uint64_t *b)
 }
 inline void mb_arrive_cp(uint64_t *b)
 {
+    emu::cp_land_all();
     emu::mb_arrive(b);
 }
 inline void mb_wait(uint64_t *b, int parity)

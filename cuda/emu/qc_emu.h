@@ -6,8 +6,11 @@
  * threads as fibers (ucontext) taking turns on one host thread, switching only where a
  * thread waits (a barrier, an mbarrier, a warp or warpgroup exchange). The instructions the
  * kernels use are given by their PTX meaning:
- * - cp.async copies at once (so a commit/wait is a no-op and an mbarrier's cp arrival is an
- *   arrival); fence.proxy.async and the wgmma fence/commit/wait are no-ops;
+ * - cp.async copies as late as PTX allows: a thread's copies wait in its groups (commit_group
+ *   closes one) and land only when the thread waits for them (wait_group N: all but the N
+ *   groups committed last; an mbarrier's cp arrival or the thread's end: all it issued), so
+ *   a read before the wait, or a copy into a buffer still being read, shows in the results;
+ *   fence.proxy.async and the wgmma fence/commit/wait are no-ops;
  * - mbarriers count arrivals per phase; bar.sync/bar.arrive of a named barrier and
  *   __syncthreads are generation barriers; a shuffle exchanges values through the warp;
  * - wgmma m64nNk16 (FP32 accumulation) reads its shared-memory operands through the
@@ -203,8 +206,16 @@ struct mbar {
     unsigned expected = 0, pending = 0, phase = 0;
 };
 
+struct copy16 { /* a pending cp.async of 16 bytes (zeros unless ok) */
+    void *dst;
+    const void *src;
+    bool ok;
+};
+
 struct fiber {
     ucontext_t ctx;
+    std::vector<copy16> open;                /* cp.async issued since the last commit */
+    std::vector<std::vector<copy16>> groups; /* committed, not yet landed; oldest first */
     uint3e tid;
     bool done = false;
     unsigned exchanges = 0;          /* warp exchanges so far (the warp's lanes count alike) */
@@ -298,6 +309,45 @@ template <typename V> V shfl(V v, int src_lane)
     V r;
     memcpy(&r, all + kSlot * (src_lane & 31), 4);
     return r;
+}
+
+/* cp.async: issue, commit, wait_group N, and the landing of all a thread issued */
+inline fiber &self()
+{
+    return rt()->f[rt()->cur];
+}
+inline void land(const std::vector<copy16> &g)
+{
+    for (const copy16 &c : g) {
+        if (c.ok)
+            memcpy(c.dst, c.src, 16);
+        else
+            memset(c.dst, 0, 16);
+    }
+}
+inline void cp_async(void *dst, const void *src, bool ok)
+{
+    self().open.push_back(copy16{dst, src, ok});
+}
+inline void cp_commit()
+{
+    fiber &f = self();
+    f.groups.push_back(std::move(f.open));
+    f.open.clear();
+}
+inline void cp_wait(size_t n)
+{
+    fiber &f = self();
+    size_t k = f.groups.size() > n ? f.groups.size() - n : 0;
+    for (size_t i = 0; i < k; i++)
+        land(f.groups[i]);
+    f.groups.erase(f.groups.begin(), f.groups.begin() + static_cast<std::ptrdiff_t>(k));
+}
+inline void cp_land_all()
+{
+    cp_wait(0);
+    land(self().open);
+    self().open.clear();
 }
 
 /* mbarriers */
@@ -495,6 +545,7 @@ inline void trampoline()
 {
     block_rt *r = rt();
     r->body();
+    cp_land_all();
     r->f[r->cur].done = true;
 }
 
