@@ -1461,21 +1461,63 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     bool big = false;
     float *mine = xch + wgi * kMlaXch, *twin = xch + (1 - wgi) * kMlaXch;
-    for (int tt = 0; tt < nt; tt++) {
-        int hh = hk * grp + h0 + tt / nqt, i0 = istart + (tt % nqt) * BM;
-        /* the tile into the one buffer: every thread is done with the one before */
-        load_sw<T, BM, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0, lq - i0,
-                                     g.d, tid);
-        load_sw<T, BM, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0,
-                                     lq - i0, g.dv, tid);
+    /* Tile tt is head hk * grp + h0 + tt % nh, rows istart + (nqt - 1 - tt / nh) * BM: the
+     * heads of a row tile one after another, the last row tile first, so that the blocks of
+     * every key tile read the same tiles at about the same time (through L2). Its two
+     * buffers are read in different phases: the early one only by the score products (dV: Q;
+     * dK: dO), the late one by the accumulation too (dV: dO; dK: Q). So the next tile's
+     * early buffer loads while this tile's P or dS forms and accumulates, and its late one
+     * while the next tile's scores compute (dV) or before them (dK). */
+    auto tile_of = [&](int tt, int &hh, int &i0) {
+        hh = hk * grp + h0 + tt % nh;
+        i0 = istart + (nqt - 1 - tt / nh) * BM;
+    };
+    auto load_early = [&](int tt) {
+        int hh, i0;
+        tile_of(tt, hh, i0);
+        if (kmode)
+            load_sw<T, BM, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0,
+                                         lq - i0, g.dv, tid);
+        else
+            load_sw<T, BM, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0,
+                                         lq - i0, g.d, tid);
         cp_commit();
-        if (tid < BM) {
-            int64_t idx = (qb + (i0 + tid) * ts) * g.h + hh;
-            bool ok = i0 + tid < lq;
-            sl[tid] = ok ? lse[idx] * kLog2e : INFINITY; /* P 0 on padding rows */
-            sd[tid] = ok ? dd[idx] : 0.0f;
-        }
-        cp_wait_n<0>();
+    };
+    auto load_late = [&](int tt) {
+        int hh, i0;
+        tile_of(tt, hh, i0);
+        if (kmode)
+            load_sw<T, BM, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0,
+                                         lq - i0, g.d, tid);
+        else
+            load_sw<T, BM, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv,
+                                         i0, lq - i0, g.dv, tid);
+        cp_commit();
+    };
+    /* a row's lse (times log2 e; +inf past the sequence: P 0) and D, for tid < BM */
+    auto fetch_ld = [&](int tt, float &l, float &d) {
+        int hh, i0;
+        tile_of(tt, hh, i0);
+        int64_t idx = (qb + (i0 + tid) * ts) * g.h + hh;
+        bool ok = i0 + tid < lq;
+        l = ok ? lse[idx] * kLog2e : INFINITY;
+        d = ok ? dd[idx] : 0.0f;
+    };
+    if (nt > 0) {
+        load_early(0);
+        load_late(0);
+        if (tid < BM)
+            fetch_ld(0, sl[tid], sd[tid]);
+    }
+    for (int tt = 0; tt < nt; tt++) {
+        int hh, i0;
+        tile_of(tt, hh, i0);
+        bool more = tt + 1 < nt;
+        /* the tile's buffers (dK: both; dV: the early one, its late one may still load) */
+        if (kmode)
+            cp_wait_n<0>();
+        else
+            cp_wait_n<1>();
         fence_async_smem();
         __syncthreads();
         float x[NB][4], y[NB][4];
@@ -1488,7 +1530,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             ab32_issue<T, DV / 16>(x, sv, sdo); /* dP^T */
         wg_wait<0>();
         keep<NB>(x);
-        swap_tiles<NB>(x, y, mine, twin, t);
+        swap_tiles<NB>(x, y, mine, twin, t); /* after its barrier the early buffer is free */
+        float nl = 0.0f, nd = 0.0f;
+        if (more) {
+            load_early(tt + 1);
+            if (tid < BM)
+                fetch_ld(tt + 1, nl, nd);
+        }
         float st[NB][4]; /* S^T: the sum in one order (dV), or the first warpgroup's (dK) */
 #pragma unroll
         for (int nb = 0; nb < NB; nb++)
@@ -1517,6 +1565,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (kmode) {
             xb32_cols<T, kSplit>(acc, ah, al, sq, wgi);
         } else {
+            if (more) /* this tile's dO; the next tile's Q may still load */
+                cp_wait_n<1>();
+            else
+                cp_wait_n<0>();
+            fence_async_smem();
+            __syncthreads();
             wg_fence();
             pv32_issue<T, (DV / 2) / 128, kSplit>(acc, ah, al, sdo, wgi * (DV / 2));
             wg_wait<0>();
@@ -1525,7 +1579,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         keep<BM / 16>(ah);
         if constexpr (kSplit)
             keep<BM / 16>(al);
-        __syncthreads(); /* the tile and the exchange are no longer read */
+        __syncthreads(); /* the late buffer, the exchange, lse and D are no longer read */
+        if (more) {
+            load_late(tt + 1);
+            if (tid < BM) {
+                sl[tid] = nl;
+                sd[tid] = nd;
+            }
+        }
     }
     cp_wait_n<0>(); /* the K and V copies, when no query tile followed */
     if (big)
