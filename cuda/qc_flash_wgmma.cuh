@@ -265,9 +265,11 @@ inline void wg_fence()
 }
 inline void wg_commit()
 {
+    emu::wg_commit();
 }
 template <int N> inline void wg_wait()
 {
+    emu::wg_wait(N);
 }
 inline void keep1(float &)
 {

@@ -192,7 +192,7 @@ void verdict(const problem<T> &pr, const char *path, bool ran, const outputs &r)
            "%.3f%s%s\n",
            pass ? "ok" : "FAIL", ++g_n, pr.c.name, pr.dt == QS_BF16 ? "bf16" : "fp16", path, e[0],
            e[1], e[2], e[3], e[4], r.ovf ? " (overflow flag)" : "",
-           ran ? "" : " (a block waited for ever)");
+           ran ? "" : " (the emulator stopped a block: a hang or a hazard)");
     fflush(stdout);
 }
 

@@ -10,10 +10,12 @@
  *   closes one) and land only when the thread waits for them (wait_group N: all but the N
  *   groups committed last; an mbarrier's cp arrival or the thread's end: all it issued), so
  *   a read before the wait, or a copy into a buffer still being read, shows in the results;
- *   fence.proxy.async and the wgmma fence/commit/wait are no-ops;
+ *   fence.proxy.async and the wgmma fence are no-ops;
  * - mbarriers count arrivals per phase; bar.sync/bar.arrive of a named barrier and
  *   __syncthreads are generation barriers; a shuffle exchanges values through the warp;
- * - wgmma m64nNk16 (FP32 accumulation) reads its shared-memory operands through the
+ * - wgmma is asynchronous (its results land at the wait_group that completes its group; see
+ *   wg_complete for the hazards checked then) and m64nNk16 (FP32 accumulation) reads its
+ *   shared-memory operands through the
  *   descriptor: 128-byte swizzle only, element (row r, k) of a K-major operand at byte
  *   start + (r / 8) SBO + (r % 8) 128 + 2 k, element (k, n) of a transposed ("MN-major") B
  *   at start + (n / 64) LBO + (k / 8) SBO + (k % 8) 128 + 2 (n % 64), each address then
@@ -212,8 +214,34 @@ struct copy16 { /* a pending cp.async of 16 bytes (zeros unless ok) */
     bool ok;
 };
 
+/* a shared-memory element a wgmma read, with its bits then */
+struct smem_read {
+    uint32_t addr;
+    uint16_t bits;
+};
+/* an issued wgmma: its results (accumulator element, value), the A fragments it read from
+ * registers (rs) and their bits then, the shared memory it read */
+struct wg_op {
+    uint64_t seq = 0;
+    std::vector<std::pair<float *, float>> out;
+    const uint32_t *a = nullptr;
+    uint32_t a_bits[4] = {0, 0, 0, 0};
+    std::vector<smem_read> reads;
+};
+/* an accumulator element with a wgmma in flight: its value after the last one issued, that
+ * one's number, and the bits it holds meanwhile (the poison written at issue) */
+struct wg_pending {
+    float val;
+    uint64_t seq;
+    uint32_t held;
+};
+
 struct fiber {
     ucontext_t ctx;
+    std::vector<wg_op> wg_open;                 /* wgmmas issued since the last commit */
+    std::vector<std::vector<wg_op>> wg_groups;  /* committed, not yet complete; oldest first */
+    std::map<float *, wg_pending> wg_inflight;  /* accumulator elements in flight */
+    uint64_t wg_seq = 0;
     std::vector<copy16> open;                /* cp.async issued since the last commit */
     std::vector<std::vector<copy16>> groups; /* committed, not yet landed; oldest first */
     uint3e tid;
@@ -311,6 +339,15 @@ template <typename V> V shfl(V v, int src_lane)
     return r;
 }
 
+/* hazards: a wgmma operand changed before the wgmma completed (a shared-memory tile or A
+ * fragment), or an accumulator written meanwhile; counted, the first few said */
+inline unsigned &hazards()
+{
+    static unsigned n = 0;
+    return n;
+}
+void hazard(const char *what);
+
 /* cp.async: issue, commit, wait_group N, and the landing of all a thread issued */
 inline fiber &self()
 {
@@ -394,6 +431,11 @@ inline uint32_t smem_offset(const void *p)
 
 /* wgmma operands: an element of a K-major operand (row r, column k < 16) or of a transposed
  * B (row k < 16, column n), through the descriptor */
+inline std::vector<smem_read> *&wg_reads() /* where the wgmma being issued notes its reads */
+{
+    static std::vector<smem_read> *r = nullptr;
+    return r;
+}
 template <typename T> float sw_elem(uint32_t addr)
 {
     addr ^= ((addr >> 7) & 7u) << 4;
@@ -403,6 +445,11 @@ template <typename T> float sw_elem(uint32_t addr)
     }
     T v;
     memcpy(&v, g_smem + addr, sizeof(T));
+    if (wg_reads()) {
+        uint16_t b;
+        memcpy(&b, &v, 2);
+        wg_reads()->push_back(smem_read{addr, b});
+    }
     return static_cast<float>(v);
 }
 inline void check_desc(uint64_t d)
@@ -433,6 +480,84 @@ template <typename T> float half_of(uint32_t w, int hi)
     return static_cast<float>(v);
 }
 
+/* wgmma is asynchronous: an issued product's results stay with the thread until a wait_group
+ * completes its group; meanwhile its accumulator elements hold a NaN (a read shows in the
+ * results), and at completion the emulator checks that the accumulator elements still hold
+ * it, that the A fragments (rs) and every shared-memory element the product read are
+ * unchanged (PTX: none may be accessed or changed before completion), then writes the
+ * results. Products on the same accumulator chain (the next one starts from the last one's
+ * result) as on the GPU. */
+inline uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+constexpr uint32_t kPoison = 0x7FC0DEADu;
+/* the value an accumulator element enters a new product with */
+inline float wg_in(float *p)
+{
+    auto it = self().wg_inflight.find(p);
+    return it != self().wg_inflight.end() ? it->second.val : *p;
+}
+inline void wg_out(wg_op &op, float *p, float v)
+{
+    fiber &f = self();
+    op.out.emplace_back(p, v);
+    f.wg_inflight[p] = wg_pending{v, op.seq, kPoison};
+    uint32_t u = kPoison;
+    memcpy(p, &u, 4);
+}
+inline void wg_complete(const wg_op &op)
+{
+    fiber &f = self();
+    if (op.a) {
+        for (int i = 0; i < 4; i++)
+            if (op.a[i] != op.a_bits[i]) {
+                hazard("an A fragment (registers) changed before its wgmma completed");
+                break;
+            }
+    }
+    for (const smem_read &r : op.reads) {
+        uint16_t b;
+        memcpy(&b, g_smem + r.addr, 2);
+        if (b != r.bits) {
+            hazard("shared memory a wgmma read changed before the wgmma completed");
+            break;
+        }
+    }
+    for (const auto &o : op.out) {
+        auto it = f.wg_inflight.find(o.first);
+        if (bits_of(*o.first) != it->second.held)
+            hazard("an accumulator was written while its wgmma was in flight");
+        *o.first = o.second;
+        if (it->second.seq == op.seq)
+            f.wg_inflight.erase(it);
+        else
+            it->second.held = bits_of(o.second);
+    }
+}
+inline void wg_commit()
+{
+    fiber &f = self();
+    f.wg_groups.push_back(std::move(f.wg_open));
+    f.wg_open.clear();
+}
+inline void wg_wait(size_t n)
+{
+    fiber &f = self();
+    size_t k = f.wg_groups.size() > n ? f.wg_groups.size() - n : 0;
+    for (size_t i = 0; i < k; i++)
+        for (const wg_op &op : f.wg_groups[i])
+            wg_complete(op);
+    f.wg_groups.erase(f.wg_groups.begin(), f.wg_groups.begin() + static_cast<std::ptrdiff_t>(k));
+}
+inline void wg_finish() /* a thread's end: what it never waited for completes */
+{
+    wg_commit();
+    wg_wait(0);
+}
+
 /* d[N/8][4] (= or +=) A B over k < 16 for this thread's accumulator elements: A (64 x 16)
  * K-major through da, B (N x 16) K-major through db. */
 template <typename T, int N> void wg_ss(float (*d)[4], uint64_t da, uint64_t db, int scale_d)
@@ -441,14 +566,26 @@ template <typename T, int N> void wg_ss(float (*d)[4], uint64_t da, uint64_t db,
     check_desc(db);
     unsigned t = flat_tid() & 127;
     int warp = t >> 5, gr = (t & 31) >> 2, tq = t & 3;
+    wg_op op;
+    op.seq = ++self().wg_seq;
+    wg_reads() = &op.reads;
+    float av[2][16], bv[N / 8][2][16]; /* the thread's two rows of A, its columns of B */
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 16; k++)
+            av[h][k] = kmajor<T>(da, warp * 16 + gr + 8 * h, k);
+    for (int nb = 0; nb < N / 8; nb++)
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < 16; k++)
+                bv[nb][c][k] = kmajor<T>(db, nb * 8 + 2 * tq + c, k);
+    wg_reads() = nullptr;
     for (int nb = 0; nb < N / 8; nb++)
         for (int e = 0; e < 4; e++) {
-            int row = warp * 16 + gr + 8 * (e >> 1), col = nb * 8 + 2 * tq + (e & 1);
-            float acc = scale_d ? d[nb][e] : 0.0f;
+            float acc = scale_d ? wg_in(&d[nb][e]) : 0.0f;
             for (int k = 0; k < 16; k++)
-                acc += kmajor<T>(da, row, k) * kmajor<T>(db, col, k);
-            d[nb][e] = acc;
+                acc += av[e >> 1][k] * bv[nb][e & 1][k];
+            wg_out(op, &d[nb][e], acc);
         }
+    self().wg_open.push_back(std::move(op));
 }
 /* The same with A from registers (fragments a[4] of each lane: rows g, g + 8, columns 2t,
  * 2t + 1 and 8 more) and B (16 x N) transposed through db. */
@@ -467,14 +604,25 @@ template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64
             arow[h][2 * q + 8] = half_of<T>(f[2 + h], 0);
             arow[h][2 * q + 9] = half_of<T>(f[2 + h], 1);
         }
+    wg_op op;
+    op.seq = ++self().wg_seq;
+    op.a = a;
+    memcpy(op.a_bits, a, sizeof op.a_bits);
+    wg_reads() = &op.reads;
+    float bv[N / 8][2][16]; /* the thread's columns of B */
+    for (int nb = 0; nb < N / 8; nb++)
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < 16; k++)
+                bv[nb][c][k] = mnmajor<T>(db, k, nb * 8 + 2 * tq + c);
+    wg_reads() = nullptr;
     for (int nb = 0; nb < N / 8; nb++)
         for (int e = 0; e < 4; e++) {
-            int col = nb * 8 + 2 * tq + (e & 1);
-            float acc = scale_d ? d[nb][e] : 0.0f;
+            float acc = scale_d ? wg_in(&d[nb][e]) : 0.0f;
             for (int k = 0; k < 16; k++)
-                acc += arow[e >> 1][k] * mnmajor<T>(db, k, col);
-            d[nb][e] = acc;
+                acc += arow[e >> 1][k] * bv[nb][e & 1][k];
+            wg_out(op, &d[nb][e], acc);
         }
+    self().wg_open.push_back(std::move(op));
 }
 
 /* mma.sync m16n8k16 (row.col, FP32 accumulation): c[4] += A B for this lane's elements, the
@@ -546,6 +694,7 @@ inline void trampoline()
     block_rt *r = rt();
     r->body();
     cp_land_all();
+    wg_finish();
     r->f[r->cur].done = true;
 }
 
@@ -557,7 +706,7 @@ template <typename K, typename... A> bool launch(uint3e grid, uint3e block, K ke
     const size_t kStack = 256 * 1024;
     g_grid = grid;
     g_dim = block;
-    unsigned n = block.x * block.y * block.z;
+    unsigned n = block.x * block.y * block.z, h0 = hazards();
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
@@ -603,8 +752,19 @@ template <typename K, typename... A> bool launch(uint3e grid, uint3e block, K ke
                     }
                 }
                 rt() = nullptr;
+                if (hazards() != h0)
+                    return false;
             }
     return true;
+}
+
+inline void hazard(const char *what)
+{
+    if (hazards()++ < 8) {
+        const uint3e &t = thread_idx();
+        fprintf(stderr, "qc_emu: block (%u, %u, %u) thread %u: %s\n", g_block.x, g_block.y,
+                g_block.z, t.x + g_dim.x * (t.y + g_dim.y * t.z), what);
+    }
 }
 
 } // namespace emu
