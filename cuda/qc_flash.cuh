@@ -408,12 +408,11 @@ __global__ void dsum_kernel(int64_t rows, int dv, const float *o, const T *dout,
 
 /* dS = P (dP - D) [ATTN-BWD] of a thread's score rows row0 and row0 + 8 (keys j0 + 8 nb +
  * 2 tq + (e & 1)), in place of the scores x: P = exp2(S sl2 - lr) for a key below lk and
- * (causal) not after its row, else 0 (lr, dr: the two rows' lse in log2 units and D). True
- * when a dS is beyond T's range (the FP16 fallback). */
-template <typename T, int NB>
-__device__ __forceinline__ void ds_rows(float (*x)[4], const float (*dp)[4], float sl2,
-                                        const float *lr, const float *dr, int row0, int j0, int lk,
-                                        bool causal, int tq, bool &big)
+ * (causal) not after its row, else 0 (lr, dr: the two rows' lse in log2 units and D); big
+ * set when a dS is beyond T's range (the FP16 fallback). */
+template <int NB>
+__device__ __forceinline__ void p_rows(float (*x)[4], float sl2, const float *lr, int row0, int j0,
+                                       int lk, bool causal, int tq)
 {
 #pragma unroll
     for (int nb = 0; nb < NB; nb++)
@@ -421,11 +420,31 @@ __device__ __forceinline__ void ds_rows(float (*x)[4], const float (*dp)[4], flo
         for (int e = 0; e < 4; e++) {
             int row = row0 + (e >> 1) * 8, key = j0 + nb * 8 + 2 * tq + (e & 1);
             bool ok = key < lk && (!causal || key <= row);
-            float p = ok ? ex2(x[nb][e] * sl2 - lr[e >> 1]) : 0.0f;
-            float ds = p * (dp[nb][e] - dr[e >> 1]);
+            x[nb][e] = ok ? ex2(x[nb][e] * sl2 - lr[e >> 1]) : 0.0f;
+        }
+}
+template <typename T, int NB>
+__device__ __forceinline__ void dsp_rows(float (*x)[4], const float (*dp)[4], const float *dr,
+                                         bool &big)
+{
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float ds = x[nb][e] * (dp[nb][e] - dr[e >> 1]);
             big |= fabsf(ds) > ops<T>::kMax;
             x[nb][e] = ds;
         }
+}
+/* the two steps at once; p_rows alone (P from the scores) and dsp_rows (dS from P) let a
+ * kernel form P while dP is still being computed */
+template <typename T, int NB>
+__device__ __forceinline__ void ds_rows(float (*x)[4], const float (*dp)[4], float sl2,
+                                        const float *lr, const float *dr, int row0, int j0, int lk,
+                                        bool causal, int tq, bool &big)
+{
+    p_rows<NB>(x, sl2, lr, row0, j0, lk, causal, tq);
+    dsp_rows<T, NB>(x, dp, dr, big);
 }
 
 /* dq of a query tile, columns [c0, c0 + OC): block (query tile, head, sequence x chunk). */

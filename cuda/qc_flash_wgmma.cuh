@@ -980,21 +980,27 @@ __device__ __forceinline__ void turn_pass(bool pair, int wgi)
         nb_arrive(kBwdTurn);
 }
 
-/* The backward's two score products of a warpgroup (in turn with the other, turn_wait), waited
- * for: x = A B^T over KD and dp = C D^T over DV (A and C from row ra of 128-row tiles, B and D
- * tiles of 64 rows). */
-template <typename T, int KD, int DV>
+/* The backward's two score products of a warpgroup (in turn with the other, turn_wait): x =
+ * A B^T over KD and dp = C D^T over DV (A and C from row ra of 128-row tiles, B and D tiles
+ * of 64 rows), two wgmma groups. Once x has completed, on_x() runs while dp computes (it
+ * forms P, and may issue and commit LEAVE groups of its own); when scores64 returns, dp has
+ * completed too, and the LEAVE groups may still run. */
+template <typename T, int KD, int DV, int LEAVE, class F>
 __device__ __forceinline__ void scores64(float (*x)[4], float (*dp)[4], const T *sa, const T *sb,
-                                         const T *sc, const T *sd, int ra, bool pair, int wgi)
+                                         const T *sc, const T *sd, int ra, bool pair, int wgi,
+                                         F &&on_x)
 {
     turn_wait(pair, wgi);
     wg_fence();
     abt64_issue<T, KD / 16, kRows>(x, sa, ra, sb);
+    wg_commit();
     abt64_issue<T, DV / 16, kRows>(dp, sc, ra, sd);
     wg_commit();
     turn_pass(pair, wgi);
-    wg_wait<0>();
+    wg_wait<1>();
     keep<kBwdBM / 8>(x);
+    on_x();
+    wg_wait<LEAVE>();
     keep<kBwdBM / 8>(dp);
 }
 #endif /* QC_WGMMA */
@@ -1097,27 +1103,44 @@ __global__ void __launch_bounds__(kThreads, 1)
         const T *sq = sqd + buf * (BM * KD + BM * DV), *sdo = sq + BM * KD;
         const float *sl = sld + buf * 2 * BM, *sd = sl + BM;
         float x[BM / 8][4], dp[BM / 8][4];
-        scores64<T, KD, DV>(x, dp, sk, sq, sv, sdo, wgi * 64, false, wgi); /* S^T, dP^T */
+        uint32_t ph[BM / 16][4], pl[kSplit ? BM / 16 : 1][4];
+        /* S^T, then P^T while dP^T computes, then (d <= 128) dV += P^T dO while dS^T forms;
+         * at 192/128 the early dV leaves ptxas too few registers (it serializes the wgmmas,
+         * C7512), so there dV and dK issue together */
+        constexpr bool kEarlyDv = KD <= 128;
+        scores64<T, KD, DV, kEarlyDv ? 1 : 0>(x, dp, sk, sq, sv, sdo, wgi * 64, false, wgi, [&] {
+#pragma unroll
+            for (int nb = 0; nb < BM / 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = key0 + (e >> 1) * 8, qc = nb * 8 + 2 * tq + (e & 1);
+                    /* keys past the sequence too: their zero rows would give P = e^-lse,
+                     * whose dS could raise the overflow flag for nothing */
+                    bool ok = key < lk && (!causal || key <= i0 + qc);
+                    x[nb][e] = ok ? ex2(x[nb][e] * sl2 - sl[qc]) : 0.0f;
+                }
+            if constexpr (kEarlyDv) {
+                to_a<T, BM / 8, kSplit>(x, ph, pl);
+                wg_fence();
+                xb_issue<T, DV, BM / 16, BM, kSplit>(av, ph, pl, sdo);
+                wg_commit();
+            }
+        });
 #pragma unroll
         for (int nb = 0; nb < BM / 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int key = key0 + (e >> 1) * 8, qc = nb * 8 + 2 * tq + (e & 1);
-                /* keys past the sequence too: their zero rows would give P = e^-lse, whose
-                 * dS could raise the overflow flag for nothing */
-                bool ok = key < lk && (!causal || key <= i0 + qc);
-                float p = ok ? ex2(x[nb][e] * sl2 - sl[qc]) : 0.0f;
-                float ds = p * (dp[nb][e] - sd[qc]);
+                float ds = x[nb][e] * (dp[nb][e] - sd[nb * 8 + 2 * tq + (e & 1)]);
                 big |= fabsf(ds) > ops<T>::kMax;
-                x[nb][e] = p;
                 dp[nb][e] = ds;
             }
-        uint32_t ph[BM / 16][4], pl[kSplit ? BM / 16 : 1][4];
         uint32_t sh[BM / 16][4], slo[kSplit ? BM / 16 : 1][4];
-        to_a<T, BM / 8, kSplit>(x, ph, pl);
+        if constexpr (!kEarlyDv)
+            to_a<T, BM / 8, kSplit>(x, ph, pl);
         to_a<T, BM / 8, kSplit>(dp, sh, slo);
         wg_fence();
-        xb_issue<T, DV, BM / 16, BM, kSplit>(av, ph, pl, sdo);
+        if constexpr (!kEarlyDv)
+            xb_issue<T, DV, BM / 16, BM, kSplit>(av, ph, pl, sdo);
         xb_issue<T, KD, BM / 16, BM, kSplit>(ak, sh, slo, sq);
         wg_commit();
         wg_wait<0>();
@@ -1206,8 +1229,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         bool pair = !idle(i0) && !idle(i0 + 64);
         const T *sk = skv + buf * (BN * KD + BN * DV), *sv = sk + BN * KD;
         float x[BN / 8][4], dp[BN / 8][4];
-        scores64<T, KD, DV>(x, dp, sq, sk, sdo, sv, wgi * 64, pair, wgi); /* S, dP */
-        ds_rows<T, BN / 8>(x, dp, sl2, lr, dr, row0, j0, lk, causal, tq, big);
+        /* S, then P while dP computes, then dS */
+        scores64<T, KD, DV, 0>(x, dp, sq, sk, sdo, sv, wgi * 64, pair, wgi,
+                               [&] { p_rows<BN / 8>(x, sl2, lr, row0, j0, lk, causal, tq); });
+        dsp_rows<T, BN / 8>(x, dp, dr, big);
         uint32_t sh[BN / 16][4], slo[kSplit ? BN / 16 : 1][4];
         to_a<T, BN / 8, kSplit>(x, sh, slo);
         wg_fence();
