@@ -1523,10 +1523,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         hh = hk * grp + h0 + tt % nh;
         i0 = istart + (nqt - 1 - tt / nh) * BM;
     };
-    auto load_early = [&](int tt) {
+    auto load_part = [&](int tt, bool is_do) { /* tile tt's dO or Q, one cp.async group */
         int hh, i0;
         tile_of(tt, hh, i0);
-        if (kmode)
+        if (is_do)
             load_sw<T, BM, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv, i0,
                                          lq - i0, g.dv, tid);
         else
@@ -1534,17 +1534,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                                          lq - i0, g.d, tid);
         cp_commit();
     };
-    auto load_late = [&](int tt) {
-        int hh, i0;
-        tile_of(tt, hh, i0);
-        if (kmode)
-            load_sw<T, BM, KD, kThreads>(sq, q + (qb * g.h + hh) * g.d, ts * g.h * g.d, i0,
-                                         lq - i0, g.d, tid);
-        else
-            load_sw<T, BM, DV, kThreads>(sdo, dout + (qb * g.h + hh) * g.dv, ts * g.h * g.dv,
-                                         i0, lq - i0, g.dv, tid);
-        cp_commit();
-    };
+    auto load_early = [&](int tt) { load_part(tt, kmode); };
+    auto load_late = [&](int tt) { load_part(tt, !kmode); };
     /* a row's lse (times log2 e; +inf past the sequence: P 0) and D, for tid < BM */
     auto fetch_ld = [&](int tt, float &l, float &d) {
         int hh, i0;

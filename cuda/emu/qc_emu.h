@@ -236,14 +236,33 @@ struct wg_pending {
     uint32_t held;
 };
 
+/* a thread's asynchronous operations of one kind (cp.async, wgmma) in PTX's groups: those
+ * issued since the last commit, and the committed groups not yet complete, oldest first */
+template <class Op> struct async_groups {
+    std::vector<Op> open;
+    std::vector<std::vector<Op>> groups;
+    void commit()
+    {
+        groups.push_back(std::move(open));
+        open.clear();
+    }
+    /* wait_group n: completes (done(op), in issue order) all but the n newest groups */
+    template <class F> void wait(size_t n, F &&done)
+    {
+        size_t k = groups.size() > n ? groups.size() - n : 0;
+        for (size_t i = 0; i < k; i++)
+            for (const Op &op : groups[i])
+                done(op);
+        groups.erase(groups.begin(), groups.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+};
+
 struct fiber {
     ucontext_t ctx;
-    std::vector<wg_op> wg_open;                 /* wgmmas issued since the last commit */
-    std::vector<std::vector<wg_op>> wg_groups;  /* committed, not yet complete; oldest first */
-    std::map<float *, wg_pending> wg_inflight;  /* accumulator elements in flight */
+    async_groups<wg_op> wg;                    /* wgmmas */
+    std::map<float *, wg_pending> wg_inflight; /* accumulator elements in flight */
     uint64_t wg_seq = 0;
-    std::vector<copy16> open;                /* cp.async issued since the last commit */
-    std::vector<std::vector<copy16>> groups; /* committed, not yet landed; oldest first */
+    async_groups<copy16> cp; /* cp.async */
     uint3e tid;
     bool done = false;
     unsigned exchanges = 0;          /* warp exchanges so far (the warp's lanes count alike) */
@@ -353,38 +372,29 @@ inline fiber &self()
 {
     return rt()->f[rt()->cur];
 }
-inline void land(const std::vector<copy16> &g)
+inline void land(const copy16 &c)
 {
-    for (const copy16 &c : g) {
-        if (c.ok)
-            memcpy(c.dst, c.src, 16);
-        else
-            memset(c.dst, 0, 16);
-    }
+    if (c.ok)
+        memcpy(c.dst, c.src, 16);
+    else
+        memset(c.dst, 0, 16);
 }
 inline void cp_async(void *dst, const void *src, bool ok)
 {
-    self().open.push_back(copy16{dst, src, ok});
+    self().cp.open.push_back(copy16{dst, src, ok});
 }
 inline void cp_commit()
 {
-    fiber &f = self();
-    f.groups.push_back(std::move(f.open));
-    f.open.clear();
+    self().cp.commit();
 }
 inline void cp_wait(size_t n)
 {
-    fiber &f = self();
-    size_t k = f.groups.size() > n ? f.groups.size() - n : 0;
-    for (size_t i = 0; i < k; i++)
-        land(f.groups[i]);
-    f.groups.erase(f.groups.begin(), f.groups.begin() + static_cast<std::ptrdiff_t>(k));
+    self().cp.wait(n, land);
 }
-inline void cp_land_all()
+inline void cp_land_all() /* the uncommitted copies too */
 {
+    cp_commit();
     cp_wait(0);
-    land(self().open);
-    self().open.clear();
 }
 
 /* mbarriers */
@@ -539,18 +549,11 @@ inline void wg_complete(const wg_op &op)
 }
 inline void wg_commit()
 {
-    fiber &f = self();
-    f.wg_groups.push_back(std::move(f.wg_open));
-    f.wg_open.clear();
+    self().wg.commit();
 }
 inline void wg_wait(size_t n)
 {
-    fiber &f = self();
-    size_t k = f.wg_groups.size() > n ? f.wg_groups.size() - n : 0;
-    for (size_t i = 0; i < k; i++)
-        for (const wg_op &op : f.wg_groups[i])
-            wg_complete(op);
-    f.wg_groups.erase(f.wg_groups.begin(), f.wg_groups.begin() + static_cast<std::ptrdiff_t>(k));
+    self().wg.wait(n, wg_complete);
 }
 inline void wg_finish() /* a thread's end: what it never waited for completes */
 {
@@ -585,7 +588,7 @@ template <typename T, int N> void wg_ss(float (*d)[4], uint64_t da, uint64_t db,
                 acc += av[e >> 1][k] * bv[nb][e & 1][k];
             wg_out(op, &d[nb][e], acc);
         }
-    self().wg_open.push_back(std::move(op));
+    self().wg.open.push_back(std::move(op));
 }
 /* The same with A from registers (fragments a[4] of each lane: rows g, g + 8, columns 2t,
  * 2t + 1 and 8 more) and B (16 x N) transposed through db. */
@@ -622,7 +625,7 @@ template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64
                 acc += arow[e >> 1][k] * bv[nb][e & 1][k];
             wg_out(op, &d[nb][e], acc);
         }
-    self().wg_open.push_back(std::move(op));
+    self().wg.open.push_back(std::move(op));
 }
 
 /* mma.sync m16n8k16 (row.col, FP32 accumulation): c[4] += A B for this lane's elements, the
