@@ -1273,7 +1273,8 @@ __global__ void __launch_bounds__(kThreads, 1)
  *   array, and sum_parts adds the groups' sums in their order and rounds (deterministic).
  * Shared memory: dq 220 KiB (Q, dO, one K and one V tile, the exchange), dkv 220 KiB (K, V,
  * one Q and one dO tile, the exchange); the next V tile of the dq pass loads while dS K
- * computes, the other loads wait for the tile before them. */
+ * computes, and in the dkv pass each buffer of the next query tile loads as soon as this one
+ * is done with it. */
 /* The streamed tiles are the forward's 32 rows (kMlaBN); a warpgroup's 64 x 32 exchange tile
  * is the forward's kMlaXch floats. */
 constexpr int kMlaC0 = 256; /* the first warpgroup's columns of dQ, dK, dV */
