@@ -365,7 +365,7 @@ inline unsigned &hazards()
     static unsigned n = 0;
     return n;
 }
-void hazard(const char *what);
+inline void hazard(const char *what);
 
 /* cp.async: issue, commit, wait_group N, and the landing of all a thread issued */
 inline fiber &self()
@@ -555,10 +555,12 @@ inline void wg_wait(size_t n)
 {
     self().wg.wait(n, wg_complete);
 }
-inline void wg_finish() /* a thread's end: what it never waited for completes */
+/* a thread's end: what it never waited for is dropped (its accumulators are out of scope; a
+ * result stored before its wait stored the NaN) */
+inline void wg_finish()
 {
-    wg_commit();
-    wg_wait(0);
+    self().wg = async_groups<wg_op>();
+    self().wg_inflight.clear();
 }
 
 /* d[N/8][4] (= or +=) A B over k < 16 for this thread's accumulator elements: A (64 x 16)
