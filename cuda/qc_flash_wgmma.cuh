@@ -141,6 +141,7 @@ template <int N> inline void cp_wait_n()
 }
 inline void fence_async_smem()
 {
+    emu::fence_proxy_async();
 }
 inline void mb_init(uint64_t *b, int count)
 {

@@ -10,7 +10,9 @@
  *   closes one) and land only when the thread waits for them (wait_group N: all but the N
  *   groups committed last; an mbarrier's cp arrival or the thread's end: all it issued), so
  *   a read before the wait, or a copy into a buffer still being read, shows in the results;
- *   fence.proxy.async and the wgmma fence are no-ops;
+ *   a wgmma that reads what a cp.async wrote needs a fence.proxy.async since the copy landed,
+ *   by the thread that issued the copy or by the reading thread (else a hazard); the wgmma
+ *   fence is a no-op;
  * - mbarriers count arrivals per phase; bar.sync/bar.arrive of a named barrier and
  *   __syncthreads are generation barriers; a shuffle exchanges values through the warp;
  * - wgmma is asynchronous (its results land at the wait_group that completes its group; see
@@ -280,6 +282,13 @@ struct block_rt {
     std::vector<barrier> warp;
     std::vector<uint32_t> slot; /* two sets of kSlot words a thread */
     std::map<const void *, mbar> mbars;
+    /* the proxies: for each 16-byte chunk of the wgmma kernels' shared memory that a cp.async
+     * wrote, when it landed (a step of clock) and which thread issued it; each thread's last
+     * fence.proxy.async */
+    uint64_t clock = 0;
+    std::vector<uint64_t> landed;
+    std::vector<unsigned> lander;
+    std::vector<uint64_t> fenced;
 };
 inline block_rt *&rt()
 {
@@ -378,6 +387,30 @@ inline void land(const copy16 &c)
         memcpy(c.dst, c.src, 16);
     else
         memset(c.dst, 0, 16);
+    block_rt *r = rt();
+    auto *d = static_cast<unsigned char *>(c.dst);
+    if (d >= g_smem && d < g_smem + kSmem) { /* a chunk wgmma may read: written by the generic proxy */
+        size_t ch = static_cast<size_t>(d - g_smem) / 16;
+        r->landed[ch] = ++r->clock;
+        r->lander[ch] = flat_tid();
+    }
+}
+/* fence.proxy.async: this thread's generic-proxy writes so far, and what it has seen of
+ * others', ordered before the async proxy's (wgmma's) reads */
+inline void fence_proxy_async()
+{
+    block_rt *r = rt();
+    r->fenced[flat_tid()] = ++r->clock;
+}
+/* a wgmma's read of shared memory at addr: a chunk a cp.async wrote needs a fence.proxy.async
+ * since it landed, by the thread that issued it or by this one */
+inline void proxy_check(uint32_t addr)
+{
+    block_rt *r = rt();
+    size_t ch = addr / 16;
+    uint64_t t = r->landed[ch];
+    if (t && r->fenced[r->lander[ch]] < t && r->fenced[flat_tid()] < t)
+        hazard("a wgmma read shared memory that cp.async wrote, with no fence.proxy.async since");
 }
 inline void cp_async(void *dst, const void *src, bool ok)
 {
@@ -459,6 +492,7 @@ template <typename T> float sw_elem(uint32_t addr)
         uint16_t b;
         memcpy(&b, &v, 2);
         wg_reads()->push_back(smem_read{addr, b});
+        proxy_check(addr);
     }
     return static_cast<float>(v);
 }
@@ -725,6 +759,9 @@ template <typename K, typename... A> bool launch(uint3e grid, uint3e block, K ke
                 r.f.resize(n);
                 r.warp.resize((n + 31) / 32);
                 r.slot.assign(2 * kSlot * n, 0);
+                r.landed.assign(kSmem / 16, 0);
+                r.lander.assign(kSmem / 16, 0);
+                r.fenced.assign(n, 0);
                 r.body = [&] { kernel(args...); };
                 rt() = &r;
                 for (unsigned i = 0; i < n; i++) {
