@@ -6,7 +6,10 @@
  * GQA/MQA, sequences of unequal and zero length and tiles cut by the sequence end are each
  * met by some case. This checks the kernels' logic (tiling, indices, barriers, shared-memory
  * layouts, fragments and descriptors as PTX defines them) where there is no GPU; the GPU's
- * own check is cuda/bench/attn_bench. Prints "ok N - ..." or "FAIL N - ..." a case, dtype and
+ * own check is cuda/bench/attn_bench. Then the emulator's own rules on a toy kernel: the
+ * clean kernel gives its product, and each way of breaking the asynchronous rules (a missing
+ * cp.async wait or proxy fence, an accumulator, A fragment or shared operand touched while
+ * its wgmma is in flight) is caught. Prints "ok N - ..." or "FAIL N - ..." a case, dtype and
  * path with the excess of each output over the tolerance (1 is at it); exits 0 when every
  * case passes, 1 otherwise. */
 #define QC_EMU 1
@@ -270,6 +273,100 @@ template <typename T> void selftest_bwd(qs_dtype dt)
            pass ? "ok" : "FAIL", ++g_n, dt == QS_BF16 ? "bf16" : "fp16", worst);
 }
 
+/* The emulator's own rules, on a toy warpgroup kernel: A, B and C (64 x 64 each) load by
+ * cp.async, S = A B^T (wgmma from shared memory), then O = S C (S as A fragments in
+ * registers, C read transposed). `bug` breaks one rule; the clean kernel must give O, and
+ * each broken one must be caught: the block stopped (a hazard) or NaNs in O. */
+enum toy_bug { kClean, kNoCpWait, kNoFence, kReadEarly, kWriteAcc, kChangeA, kWriteSmem, kBugs };
+const char *const kBugName[kBugs] = {"clean",
+                                     "no cp.async wait",
+                                     "no fence.proxy.async",
+                                     "accumulator read before the wait",
+                                     "accumulator written in flight",
+                                     "A fragment changed in flight",
+                                     "shared operand written in flight"};
+
+template <typename T> void toy_kernel(const T *a, const T *b, const T *c, float *out, int bug)
+{
+    T *sa = wg::align1k<T>(wg::smraw), *sb = sa + 64 * 64, *sc = sb + 64 * 64;
+    int tid = threadIdx.x, warp = tid >> 5, gr = (tid & 31) >> 2, tq = tid & 3;
+    wg::load_sw<T, 64, 64, 128>(sa, a, 64, 0, 64, 64, tid);
+    wg::load_sw<T, 64, 64, 128>(sb, b, 64, 0, 64, 64, tid);
+    wg::load_sw<T, 64, 64, 128>(sc, c, 64, 0, 64, 64, tid);
+    wg::cp_commit();
+    if (bug != kNoCpWait)
+        wg::cp_wait_n<0>();
+    if (bug != kNoFence)
+        wg::fence_async_smem();
+    __syncthreads();
+    float x[8][4], o[8][4] = {}; /* xb_issue accumulates */
+    wg::wg_fence();
+    wg::abt64_issue<T, 4, 64>(x, sa, 0, sb);
+    wg::wg_commit();
+    float early = 0.0f;
+    if (bug == kReadEarly)
+        early = x[0][0];
+    if (bug == kWriteAcc)
+        x[0][0] = 1.0f;
+    if (bug == kWriteSmem)
+        sb[tid] = T(0.0f);
+    wg::wg_wait<0>();
+    uint32_t ph[4][4], pl[1][4];
+    fl::to_a<T, 8, false>(x, ph, pl);
+    wg::wg_fence();
+    wg::xb_issue<T, 64, 4, 64, false>(o, ph, pl, sc);
+    wg::wg_commit();
+    if (bug == kChangeA)
+        ph[0][0] ^= 1u;
+    wg::wg_wait<0>();
+    for (int nb = 0; nb < 8; nb++)
+        for (int e = 0; e < 4; e++)
+            out[(warp * 16 + gr + 8 * (e >> 1)) * 64 + nb * 8 + 2 * tq + (e & 1)] = o[nb][e];
+    if (tid == 0)
+        out[0] += early;
+}
+
+template <typename T> void emu_rules(qs_dtype dt)
+{
+    auto a = g_rng.randn(64 * 64, dt), b = g_rng.randn(64 * 64, dt), c = g_rng.randn(64 * 64, dt);
+    auto at = to_t<T>(a), bt = to_t<T>(b), ct = to_t<T>(c);
+    /* O as the kernel forms it: S rounded to T, then S C, in FP64 */
+    std::vector<double> want(64 * 64, 0.0), mag(64 * 64, 0.0);
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++) {
+            double sij = 0.0;
+            for (int k = 0; k < 64; k++)
+                sij += (double)a[i * 64 + k] * b[j * 64 + k];
+            double sr = (float)T((float)sij);
+            for (int n = 0; n < 64; n++) {
+                want[i * 64 + n] += sr * c[j * 64 + n];
+                mag[i * 64 + n] += std::fabs(sr * c[j * 64 + n]);
+            }
+        }
+    for (int bug = 0; bug < kBugs; bug++) {
+        std::vector<float> out(64 * 64, 0.0f);
+        bool ran =
+            qc::emu::launch(uint3e{1, 1, 1}, uint3e{128, 1, 1}, toy_kernel<T>, (const T *)at.data(),
+                            (const T *)bt.data(), (const T *)ct.data(), out.data(), bug);
+        double worst = 0.0; /* error over a bound of the S rounding's and the sums' errors */
+        bool nan = false;
+        for (int e = 0; e < 64 * 64; e++) {
+            nan |= out[e] != out[e];
+            double t = std::fabs(out[e] - want[e]) / (1e-2 * mag[e] + 1e-6);
+            worst = t > worst ? t : worst;
+        }
+        bool caught = !ran || nan;
+        bool pass = bug == kClean ? ran && !nan && worst <= 1.0 : caught;
+        g_fail += !pass;
+        printf("%s %d - emulator rules %s, %s: %s\n", pass ? "ok" : "FAIL", ++g_n,
+               dt == QS_BF16 ? "bf16" : "fp16", kBugName[bug],
+               bug == kClean ? (pass ? "the product is right" : "the clean kernel failed")
+                             : (!ran  ? "stopped (hazard)"
+                                : nan ? "NaNs in the result"
+                                      : "not caught"));
+    }
+}
+
 } // namespace
 
 int main()
@@ -298,6 +395,8 @@ int main()
     }
     selftest_bwd<__nv_bfloat16>(QS_BF16);
     selftest_bwd<__half>(QS_FP16);
+    emu_rules<__nv_bfloat16>(QS_BF16);
+    emu_rules<__half>(QS_FP16);
     printf("flash_emu: %d of %d failing\n", g_fail, g_n);
     return g_fail ? 1 : 0;
 }

@@ -389,7 +389,8 @@ inline void land(const copy16 &c)
         memset(c.dst, 0, 16);
     block_rt *r = rt();
     auto *d = static_cast<unsigned char *>(c.dst);
-    if (d >= g_smem && d < g_smem + kSmem) { /* a chunk wgmma may read: written by the generic proxy */
+    /* a chunk wgmma may read, written by the generic proxy */
+    if (d >= g_smem && d < g_smem + kSmem) {
         size_t ch = static_cast<size_t>(d - g_smem) / 16;
         r->landed[ch] = ++r->clock;
         r->lander[ch] = flat_tid();
