@@ -686,26 +686,34 @@ template <int C> void time_shape(const char *name, int b, int s, int h, int hkv,
                rel_rms(gw[2], grad[0][2], nv));
         printf("bits     %-40s flash-wgmma dq, dk, dv: split %016llx single %016llx\n", name,
                bits[0], bits[1]);
-        /* the split form's passes alone (a launch with no keys runs only the dq pass, one
-         * with no queries only the dkv pass), for where the time goes */
-        float mp[2] = {0.0f, 0.0f};
-        for (int pass = 0; pass < 2; pass++) {
-            for (int w = 0; w < 2; w++) { /* w 0: warm-up */
-                int reps = w == 0 ? 1 : 5;
-                BENCH_CHECK(cudaEventRecord(e0));
-                for (int r = 0; r < reps; r++)
-                    BENCH_CHECK((fl::wg::bwd_launch_class<bf, true>(
-                        wc, g, pass == 0 ? s : 0, pass == 0 ? 0 : s, q, k, v, dout, lse, dd, gw[0],
-                        gw[1], gw[2], ovf, part, nk, nv, 0)));
-                BENCH_CHECK(cudaEventRecord(e1));
-                BENCH_CHECK(cudaEventSynchronize(e1));
-                BENCH_CHECK(cudaEventElapsedTime(&mp[pass], e0, e1));
-                mp[pass] /= reps;
+        /* each form's passes alone (a launch with no keys runs only the dq pass, one with no
+         * queries only the dkv pass), for where the time goes */
+        for (int m = 0; m < 2; m++) { /* 0: split, 1: single */
+            float mp[2] = {0.0f, 0.0f};
+            for (int pass = 0; pass < 2; pass++) {
+                int sq = pass == 0 ? s : 0, sk = pass == 0 ? 0 : s;
+                for (int w = 0; w < 2; w++) { /* w 0: warm-up */
+                    int reps = w == 0 ? 1 : 5;
+                    BENCH_CHECK(cudaEventRecord(e0));
+                    for (int r = 0; r < reps; r++)
+                        if (m == 0)
+                            BENCH_CHECK((fl::wg::bwd_launch_class<bf, true>(
+                                wc, g, sq, sk, q, k, v, dout, lse, dd, gw[0], gw[1], gw[2], ovf,
+                                part, nk, nv, 0)));
+                        else
+                            BENCH_CHECK((fl::wg::bwd_launch_class<bf, false>(
+                                wc, g, sq, sk, q, k, v, dout, lse, dd, gw[0], gw[1], gw[2], ovf,
+                                part, nk, nv, 0)));
+                    BENCH_CHECK(cudaEventRecord(e1));
+                    BENCH_CHECK(cudaEventSynchronize(e1));
+                    BENCH_CHECK(cudaEventElapsedTime(&mp[pass], e0, e1));
+                    mp[pass] /= reps;
+                }
             }
+            printf("time     %-40s %-8s flash-wgmma bwd passes: dq %8.3f ms, dkv %8.3f ms\n",
+                   name, m == 0 ? "split" : "single", mp[0], mp[1]);
+            fflush(stdout);
         }
-        printf("time     %-40s split    flash-wgmma bwd passes: dq %8.3f ms, dkv %8.3f ms\n", name,
-               mp[0], mp[1]);
-        fflush(stdout);
         for (float *x : gw)
             cudaFree(x);
         cudaFree(part);
