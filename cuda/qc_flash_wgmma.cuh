@@ -782,23 +782,39 @@ __device__ __forceinline__ void qk32_issue(float (*x)[4], const T *sa, const T *
     wg_commit();
 }
 
+/* acc[8 NP][4] += X B over the 32 rows of a swizzled tile B (two k steps), columns of the NP
+ * panels from panel p0 (n128 a pair of panels, n64 the last odd one). Issued, not committed. */
+template <typename T, int NP, bool kSplit>
+__device__ __forceinline__ void xb32_issue(float (*acc)[4], const uint32_t (*hi)[4],
+                                           const uint32_t (*lo)[4], const T *sb, int p0)
+{
+    const uint64_t d0 = desc(sb + p0 * (kMlaBN * 64), kMlaBN * 128, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kMlaBN / 16; kk++) {
+#pragma unroll
+        for (int pp = 0; pp < NP / 2; pp++) {
+            uint64_t db = desc_add<T>(d0, 2 * pp * (kMlaBN * 64) + kk * 16 * 64);
+            mma_rs<T, 128>(acc + 16 * pp, hi[kk], db, 1);
+            if constexpr (kSplit)
+                mma_rs<T, 128>(acc + 16 * pp, lo[kk], db, 1);
+        }
+        if constexpr (NP % 2) {
+            uint64_t db = desc_add<T>(d0, (NP - 1) * (kMlaBN * 64) + kk * 16 * 64);
+            mma_rs<T, 64>(acc + 8 * (NP - 1), hi[kk], db, 1);
+            if constexpr (kSplit)
+                mma_rs<T, 64>(acc + 8 * (NP - 1), lo[kk], db, 1);
+        }
+    }
+}
+
 /* acc[16 NH][4] += P V over the 32 keys of a tile: P as A fragments (two k steps), V the
- * columns [c0, c0 + 128 NH) of a swizzled tile of 32 rows, 128 columns a wgmma. Issued and
+ * columns [c0, c0 + 128 NH) of a swizzled tile of 32 rows (c0 a multiple of 64). Issued and
  * committed, not waited for. */
 template <typename T, int NH, bool kSplit>
 __device__ __forceinline__ void pv32_issue(float (*acc)[4], const uint32_t (*hi)[4],
                                            const uint32_t (*lo)[4], const T *sv, int c0)
 {
-    const uint64_t db0 = desc(sv + (c0 / 64) * (kMlaBN * 64), kMlaBN * 128, 1024);
-#pragma unroll
-    for (int kk = 0; kk < kMlaBN / 16; kk++)
-#pragma unroll
-        for (int h = 0; h < NH; h++) {
-            uint64_t db = desc_add<T>(db0, 2 * h * (kMlaBN * 64) + kk * 16 * 64);
-            mma_rs<T, 128>(acc + 16 * h, hi[kk], db, 1);
-            if (kSplit)
-                mma_rs<T, 128>(acc + 16 * h, lo[kk], db, 1);
-        }
+    xb32_issue<T, 2 * NH, kSplit>(acc, hi, lo, sv, c0 / 64);
     wg_commit();
 }
 #endif /* QC_WGMMA */
@@ -924,17 +940,17 @@ template <int KD, int DV> constexpr size_t bwd_smem()
 }
 
 #if QC_WGMMA
-/* x[8][4] (= or +=, scale_d of the first step) A B^T over k in [0, 16 KS): A the 64 rows
- * from row ra of a swizzled tile of RA rows, B a swizzled tile of 64 rows; both K-major.
- * Issued, not committed. */
-template <typename T, int KS, int RA>
-__device__ __forceinline__ void abt64_issue(float (*x)[4], const T *sa, int ra, const T *sb)
+/* x[N/8][4] (= or +=, scale_d of the first step) A B^T over k in [0, 16 KS): A the 64 rows
+ * from row ra of a swizzled tile of RA rows, B a swizzled tile of N rows (64 or 32); both
+ * K-major. Issued, not committed. */
+template <typename T, int KS, int RA, int N = kBwdBM>
+__device__ __forceinline__ void abt_issue(float (*x)[4], const T *sa, int ra, const T *sb)
 {
     const uint64_t da0 = desc(sa + ra * 64, 16, 1024), db0 = desc(sb, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < KS; kk++)
-        mma_ss<T, 64>(x, desc_add<T>(da0, (kk >> 2) * (RA * 64) + (kk & 3) * 16),
-                    desc_add<T>(db0, (kk >> 2) * (kBwdBM * 64) + (kk & 3) * 16), kk > 0);
+        mma_ss<T, N>(x, desc_add<T>(da0, (kk >> 2) * (RA * 64) + (kk & 3) * 16),
+                     desc_add<T>(db0, (kk >> 2) * (N * 64) + (kk & 3) * 16), kk > 0);
 }
 
 /* acc[N/8][4] += X B: X as A fragments hi (and lo under kSplit) of KS k steps, B a swizzled
@@ -993,9 +1009,9 @@ __device__ __forceinline__ void scores64(float (*x)[4], float (*dp)[4], const T 
 {
     turn_wait(pair, wgi);
     wg_fence();
-    abt64_issue<T, KD / 16, kRows>(x, sa, ra, sb);
+    abt_issue<T, KD / 16, kRows>(x, sa, ra, sb);
     wg_commit();
-    abt64_issue<T, DV / 16, kRows>(dp, sc, ra, sd);
+    abt_issue<T, DV / 16, kRows>(dp, sc, ra, sd);
     wg_commit();
     turn_pass(pair, wgi);
     wg_wait<1>();
@@ -1296,38 +1312,10 @@ static_assert(mla_dkv_smem() <= 227 * 1024, "the absorbed-MLA backward's shared 
 template <typename T, int KS>
 __device__ __forceinline__ void ab32_issue(float (*x)[4], const T *sa, const T *sb)
 {
-    const uint64_t da0 = desc(sa, 16, 1024), db0 = desc(sb, 16, 1024);
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++)
-        mma_ss<T, 32>(x, desc_add<T>(da0, (kk >> 2) * (kMlaRows * 64) + (kk & 3) * 16),
-                    desc_add<T>(db0, (kk >> 2) * (kMlaBN * 64) + (kk & 3) * 16), kk > 0);
+    abt_issue<T, KS, kMlaRows, kMlaBN>(x, sa, 0, sb);
     wg_commit();
 }
 
-/* acc[8 NP][4] += X B over the 32 rows of a swizzled tile B (two k steps), columns of the NP
- * panels from panel p0 (n128 a pair of panels, n64 the last odd one). Issued, not committed. */
-template <typename T, int NP, bool kSplit>
-__device__ __forceinline__ void xb32_issue(float (*acc)[4], const uint32_t (*hi)[4],
-                                           const uint32_t (*lo)[4], const T *sb, int p0)
-{
-    const uint64_t d0 = desc(sb + p0 * (kMlaBN * 64), kMlaBN * 128, 1024);
-#pragma unroll
-    for (int kk = 0; kk < kMlaBN / 16; kk++) {
-#pragma unroll
-        for (int pp = 0; pp < NP / 2; pp++) {
-            uint64_t db = desc_add<T>(d0, 2 * pp * (kMlaBN * 64) + kk * 16 * 64);
-            mma_rs<T, 128>(acc + 16 * pp, hi[kk], db, 1);
-            if constexpr (kSplit)
-                mma_rs<T, 128>(acc + 16 * pp, lo[kk], db, 1);
-        }
-        if constexpr (NP % 2) {
-            uint64_t db = desc_add<T>(d0, (NP - 1) * (kMlaBN * 64) + kk * 16 * 64);
-            mma_rs<T, 64>(acc + 8 * (NP - 1), hi[kk], db, 1);
-            if constexpr (kSplit)
-                mma_rs<T, 64>(acc + 8 * (NP - 1), lo[kk], db, 1);
-        }
-    }
-}
 
 /* The two warpgroups' 64 x 32 tiles exchanged: this thread's x into mine (thread t of its
  * warpgroup), a block barrier, its twin's into y. */
@@ -1836,7 +1824,7 @@ template <typename T> __global__ void __launch_bounds__(128) test_rs32(const flo
 }
 
 /* The backward's tiles: s[64][64] = a[64..127][192] b[64][192]^T (a of 128 rows, b of 64,
- * row-major: abt64_issue from row 64 over three panels), then o[64][192] = p[64][64]
+ * row-major: abt_issue from row 64 over three panels), then o[64][192] = p[64][64]
  * c[64][192] (P rounded to T into A fragments, c through load_sw as a tile of 64 rows, read
  * transposed: xb_issue's n128 + n64). One warpgroup. */
 template <typename T>
@@ -1859,7 +1847,7 @@ __global__ void __launch_bounds__(128)
     for (int nb = 0; nb < 24; nb++)
         acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
     wg_fence();
-    abt64_issue<T, 12, 128>(x, sa, 64, sb);
+    abt_issue<T, 12, 128>(x, sa, 64, sb);
     wg_commit();
     wg_wait<0>();
     keep<8>(x);

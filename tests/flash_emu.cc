@@ -301,7 +301,7 @@ template <typename T> void toy_kernel(const T *a, const T *b, const T *c, float 
     __syncthreads();
     float x[8][4], o[8][4] = {}; /* xb_issue accumulates */
     wg::wg_fence();
-    wg::abt64_issue<T, 4, 64>(x, sa, 0, sb);
+    wg::abt_issue<T, 4, 64>(x, sa, 0, sb);
     wg::wg_commit();
     float early = 0.0f;
     if (bug == kReadEarly)
