@@ -16,6 +16,7 @@
 
 #include <vector>
 
+#include "bench/attn_inputs.h"
 #include "qc_mathf.cuh"
 #include "qc_slots.h"
 #include "qspec/attention.h"
@@ -207,32 +208,15 @@ void check_mathf()
 
 /* ---------------------------------------------------------------- sdpa */
 
-struct sdpa_case {
-    const char *name;
-    qs_attn_layout layout;
-    qs_attn_mask mask;
-    int64_t b, sq, sk, h, hkv, d, dv;
-    std::vector<int32_t> cuq, cuk, padq, padk;
+/* a case of cuda/bench/attn_inputs.h, with thd's padded cu_seqlens when they are set */
+struct sdpa_case : qc::check::small_case {
+    std::vector<int32_t> padq, padk;
 };
 
 void run_sdpa(qs_ctx *ctx, const sdpa_case &c, qs_dtype dt)
 {
-    qs_sdpa_params p;
-    memset(&p, 0, sizeof p);
-    p.layout = c.layout;
-    p.mask = c.mask;
-    p.b = c.b;
-    p.sq = c.sq;
-    p.sk = c.sk;
-    p.h = c.h;
-    p.hkv = c.hkv;
-    p.d = c.d;
-    p.dv = c.dv;
-    p.dtype = dt;
-    p.scale = qs_rsqrtf((float)c.d);
+    qs_sdpa_params p = qc::check::case_params(c, dt);
     if (c.layout == QS_ATTN_THD) {
-        p.cu_seqlens_q = c.cuq.data();
-        p.cu_seqlens_kv = c.cuk.data();
         p.cu_seqlens_q_padded = c.padq.empty() ? nullptr : c.padq.data();
         p.cu_seqlens_kv_padded = c.padk.empty() ? nullptr : c.padk.data();
     }
@@ -305,7 +289,7 @@ void check_sdpa(qs_ctx *ctx)
         snprintf(buf[7], 64, "sbhd long row %s", mn);
         for (int e = 0; e < 8; e++)
             cs.push_back(
-                sdpa_case{strdup(buf[e]), QS_ATTN_SBHD, mk, 2, 5, 5, 4, 4, 16, 16, {}, {}, {}, {}});
+                sdpa_case{{strdup(buf[e]), QS_ATTN_SBHD, mk, 2, 5, 5, 4, 4, 16, 16, {}, {}}, {}, {}});
         size_t base = cs.size() - 8;
         cs[base + 1].sq = 5;
         cs[base + 1].sk = 9;
@@ -318,7 +302,7 @@ void check_sdpa(qs_ctx *ctx)
         t.layout = QS_ATTN_THD;
         t.b = 3;
         t.hkv = 2;
-        t.cuq = {0, 3, 3, 10};
+        t.cu = {0, 3, 3, 10};
         t.cuk = {0, 5, 6, 10};
         t.sq = 10;
         t.sk = 10;
@@ -326,7 +310,7 @@ void check_sdpa(qs_ctx *ctx)
         tp.layout = QS_ATTN_THD;
         tp.b = 3;
         tp.hkv = 1;
-        tp.cuq = {0, 3, 3, 10};
+        tp.cu = {0, 3, 3, 10};
         tp.cuk = {0, 5, 5, 9};
         tp.padq = {0, 4, 6, 14};
         tp.padk = {0, 8, 9, 16};
