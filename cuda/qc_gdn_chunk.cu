@@ -27,20 +27,19 @@
 #include "qc_attn.cuh"
 #include "qc_flash_wgmma.cuh"
 #include "qc_gdn_chunk.h"
+#include "qc_gdn_lean.cuh"
 
 namespace qc
 {
 
 int gdn_lean_warps = 0;
 int gdn_wy_tiles = 0;
+int gdn_lean_wg = 0;
 
 namespace
 {
 
-constexpr int kC = 64;          /* chunk */
-constexpr int kMaxD = 128;      /* largest dk, dv */
 constexpr int kBV = 64;         /* value columns of the state per state_kernel block */
-constexpr int kThreads = 256;   /* 8 warps */
 constexpr int kLdD = kMaxD + 4; /* row stride of [64][d] tiles */
 constexpr int kLdC = kC + 4;    /* row stride of [64][64] tiles */
 constexpr int kLdV = kBV + 4;   /* row stride of the state [dk][64] */
@@ -73,21 +72,6 @@ __device__ __forceinline__ void store_out(__nv_bfloat16 *p, float x, int)
 }
 
 /* ---------------------------------------------------------------- warp MMA */
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (lower k) in the low half */
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1)
@@ -155,16 +139,6 @@ __device__ __forceinline__ void mma_strip(float (&c)[NT][4], int kdim, const FA 
             }
         }
     }
-}
-
-/* Row and column (in the 16 x 8NT strip) of accumulator element e of tile n. */
-__device__ __forceinline__ int acc_row(int e)
-{
-    return ((threadIdx.x & 31) >> 2) + (e >= 2 ? 8 : 0);
-}
-__device__ __forceinline__ int acc_col(int n, int e)
-{
-    return 8 * n + 2 * (threadIdx.x & 3) + (e & 1);
 }
 
 /* G[i] = inclusive FP32 cumsum of the chunk's gates, held at its last valid value over the
@@ -512,138 +486,8 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
  * chunk fetched by cp.async while the current one is computed. The FP32 state stays in the
  * walk's mma accumulators (state_lean_kernel); its BF16 rounding is the matmul operand. */
 
-constexpr int kLdH = kMaxD + 8;           /* BF16 row stride of [64][128] tiles (272 B) */
-constexpr int kLdH64 = kC + 8;            /* BF16 row stride of [.][64] tiles (144 B) */
-constexpr int kTileH = kC * kLdH * 2;     /* bytes */
-constexpr int kTileH64 = kC * kLdH64 * 2; /* bytes */
 constexpr int kTileF = kC * kLdC * 4;     /* bytes, = kTileH */
 static_assert(kTileF == kTileH, "the FP32 [64][68] and BF16 [64][136] tiles alias");
-
-typedef __nv_bfloat16 bf16;
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16 *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-/* Where element (r, c) (c a multiple of 8) of a BF16 tile lies: pad_layout, rows of ld
- * elements; swz_layout<R>, the 128-byte swizzle of the wgmma operands (R rows; 64-column
- * panels of R x 128 bytes, the 16-byte chunk c of row r at chunk c ^ (r & 7)). */
-struct pad_layout {
-    int ld;
-    __device__ __forceinline__ int at(int r, int c) const
-    {
-        return r * ld + c;
-    }
-};
-template <int R> struct swz_layout {
-    __device__ __forceinline__ int at(int r, int c) const
-    {
-        return (c >> 6) * (R * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3);
-    }
-};
-
-/* The A fragment (16 x 16 from row m0, column k0) of A stored [m][k]. */
-template <class Lay>
-__device__ __forceinline__ void frag_a_mk(uint32_t (&a)[4], const bf16 *s, Lay y, int m0, int k0)
-{
-    int l = threadIdx.x & 31;
-    ldsm_x4(a, s + y.at(m0 + (l & 7) + ((l >> 3) & 1) * 8, k0 + (l >> 4) * 8));
-}
-__device__ __forceinline__ void frag_a_mk(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
-{
-    frag_a_mk(a, s, pad_layout{ld}, m0, k0);
-}
-/* The A fragment of A stored transposed, [k][m]. */
-__device__ __forceinline__ void frag_a_km(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
-{
-    int l = threadIdx.x & 31;
-    ldsm_x4_t(a, s + (k0 + (l & 7) + (l >> 4) * 8) * ld + m0 + ((l >> 3) & 1) * 8);
-}
-/* The B fragments of two 8-column tiles (n0, n0 + 8; k0 .. k0 + 16) of B stored [k][n]:
- * b[0], b[1] for the first, b[2], b[3] for the second. */
-template <class Lay>
-__device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const bf16 *s, Lay y, int n0, int k0)
-{
-    int l = threadIdx.x & 31;
-    ldsm_x4_t(b, s + y.at(k0 + (l & 7) + ((l >> 3) & 1) * 8, n0 + (l >> 4) * 8));
-}
-__device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
-{
-    frag_b_kn(b, s, pad_layout{ld}, n0, k0);
-}
-/* The same of B stored transposed, [n][k]. */
-template <class Lay>
-__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const bf16 *s, Lay y, int n0, int k0)
-{
-    int l = threadIdx.x & 31;
-    ldsm_x4(b, s + y.at(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 8));
-}
-__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
-{
-    frag_b_nk(b, s, pad_layout{ld}, n0, k0);
-}
-
-__device__ __forceinline__ void mma2(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
-                                     const uint32_t (&b)[4])
-{
-    mma_bf16(c0, a, b[0], b[1]);
-    mma_bf16(c1, a, b[2], b[3]);
-}
-
-__device__ __forceinline__ void st_pair(bf16 *p, float x, float y)
-{
-    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
-}
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool on)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(on ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool on)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(on ? 4 : 0));
-}
-__device__ __forceinline__ void cp_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* The inclusive cumsum of 64 gates, x0 = g[lane] and x1 = g[lane + 32] (0 past the
- * chunk), by one warp: a shuffle scan of each half, then the first half's total added to
- * the second. */
-__device__ __forceinline__ void warp_cumsum64(float &x0, float &x1)
-{
-    int l = threadIdx.x & 31;
-    for (int off = 1; off < 32; off <<= 1) {
-        float y0 = __shfl_up_sync(0xffffffffu, x0, off), y1 = __shfl_up_sync(0xffffffffu, x1, off);
-        if (l >= off) {
-            x0 = __fadd_rn(x0, y0);
-            x1 = __fadd_rn(x1, y1);
-        }
-    }
-    x1 = __fadd_rn(x1, __shfl_sync(0xffffffffu, x0, 31));
-}
 
 /* Rows of 128 BF16 (or 64) from global into a tile, 16 bytes a copy; rows >= nc zero. */
 __device__ __forceinline__ void tile_rows(bool r64, int ldt, bf16 *t, int64_t nc, const bf16 *base,
@@ -828,449 +672,6 @@ wy_pick wy_fast_pick()
     if (gdn_wy_tiles == wy_tiles(false))
         return {wy_fast_kernel<false>, wy_smem(false)};
     return {wy_fast_kernel<true>, wy_smem(true)};
-}
-
-/* The lean serial kernels of kGdnMmaBf16Smem: one block of kW warps (4 or 8) per (16 kW value
- * columns, value head, sequence), each warp owning 16 value columns of the state, transposed (S^T,
- * [16 dv][128 dk]), in the FP32 accumulators of its mma tiles. S^T is the A operand of the products
- * with W and Q (the accumulator layout of two 8-column tiles is the A fragment of a 16-deep step),
- * and the warp's Vn^T (or dVn^T) accumulators are the A operand of the state update, so a chunk
- * step reads only the chunk's tiles from shared memory and needs no barrier between the warps past
- * the one that publishes the tiles. The shared memory holds two stages of the chunk tiles
- * (fetched by cp.async one chunk ahead), a [64][16] staging tile a warp for coalesced stores,
- * and each warp's gate vectors (every warp sums the gates itself). */
-
-constexpr int kLdT = 24; /* BF16 row stride of a warp's [64][16] staging tile (48 B) */
-
-/* The shared memory of the lean kernels with kW warps. Stage b: W, K [64][kLdH], Q [64][kLdH]
- * (kQA), X [64][kLdX] (U or dO, the block's 16 kW columns), A [64][kLdH64] (kQA), the raw
- * gates [64] (FP32). Then a staging tile and 3 x 64 floats of vectors per warp. */
-template <bool kQA, int kW> struct lean_layout {
-    static_assert(kW == 4 || kW == 8, "4 or 8 warps");
-    static constexpr int kCols = 16 * kW;
-    static constexpr int kLdX = kCols + 8;
-    static constexpr int kTileX = kC * kLdX * 2;
-    static constexpr int kTiles = kQA ? 3 : 2;
-    static constexpr int kStage = kTiles * kTileH + kTileX + (kQA ? kTileH64 : 0) + kC * 4;
-    static constexpr int kStg = kC * kLdT * 2;
-    static constexpr int kVec = 3 * kC * 4;
-    static constexpr size_t kBytes =
-        2 * static_cast<size_t>(kStage) + kW * static_cast<size_t>(kStg + kVec);
-    static __device__ bf16 *W(unsigned char *s, int b)
-    {
-        return reinterpret_cast<bf16 *>(s + b * kStage);
-    }
-    static __device__ bf16 *K(unsigned char *s, int b)
-    {
-        return reinterpret_cast<bf16 *>(s + b * kStage + kTileH);
-    }
-    static __device__ bf16 *Q(unsigned char *s, int b)
-    {
-        return reinterpret_cast<bf16 *>(s + b * kStage + 2 * kTileH);
-    }
-    static __device__ bf16 *X(unsigned char *s, int b)
-    {
-        return reinterpret_cast<bf16 *>(s + b * kStage + kTiles * kTileH);
-    }
-    static __device__ bf16 *A(unsigned char *s, int b)
-    {
-        return reinterpret_cast<bf16 *>(s + b * kStage + kTiles * kTileH + kTileX);
-    }
-    static __device__ float *graw(unsigned char *s, int b)
-    {
-        return reinterpret_cast<float *>(s + b * kStage + kStage - kC * 4);
-    }
-    static __device__ bf16 *stg(unsigned char *s, int warp)
-    {
-        return reinterpret_cast<bf16 *>(s + 2 * kStage + warp * kStg);
-    }
-    static __device__ float *vec(unsigned char *s, int warp)
-    {
-        return reinterpret_cast<float *>(s + 2 * kStage + kW * kStg + warp * kVec);
-    }
-};
-static_assert(lean_layout<true, 4>::kStage % 16 == 0 && lean_layout<false, 4>::kStage % 16 == 0 &&
-                  lean_layout<true, 8>::kStage % 16 == 0 &&
-                  lean_layout<false, 8>::kStage % 16 == 0 && lean_layout<true, 4>::kStg % 16 == 0 &&
-                  lean_layout<true, 4>::kTileX % 16 == 0 && lean_layout<true, 8>::kTileX % 16 == 0,
-              "the lean kernels' tiles stay 16-byte aligned");
-static_assert(lean_layout<true, 4>::kBytes <= 227 * 1024 &&
-                  lean_layout<true, 8>::kBytes <= 227 * 1024,
-              "state_lean / dstate_lean shared memory");
-static_assert(lean_layout<false, 4>::kBytes + 1024 <= 228 * 1024 / 2,
-              "state_lean_kernel without o, 4 warps: two blocks an SM");
-static_assert(kMaxD % 64 == 0, "the lean kernels' column blocks tile dv");
-
-/* tile_rows for NT threads (tid their index, from 0): rows of per 16-byte copies. NT is a
- * multiple of per, so a thread keeps its column c and steps NT / per rows at a time: its
- * source offset advances by an addition (the walks issue these copies between their
- * products, with one warp a scheduler, so each instruction here is on their critical path). */
-template <int NT, int per, class Lay>
-__device__ __forceinline__ void lean_rows(Lay y, bf16 *t, int64_t nc, const bf16 *base,
-                                          int64_t stride, int tid = threadIdx.x)
-{
-    static_assert(per > 0 && (per & (per - 1)) == 0 && NT % per == 0, "a fixed column a thread");
-    constexpr int di = NT / per;
-    const unsigned ut = static_cast<unsigned>(tid); /* unsigned: shifts, not signed division */
-    const int c = static_cast<int>(ut % per);
-    int i = static_cast<int>(ut / per);
-    int64_t off = i * stride + c * 8;
-    for (; i < kC; i += di, off += di * stride) {
-        bool on = i < nc;
-        cp_async16(t + y.at(i, c * 8), on ? base + off : base, on);
-    }
-}
-template <int NT, int per>
-__device__ __forceinline__ void lean_rows(int ldt, bf16 *t, int64_t nc, const bf16 *base,
-                                          int64_t stride, int tid = threadIdx.x)
-{
-    lean_rows<NT, per>(pad_layout{ldt}, t, nc, base, stride, tid);
-}
-
-/* The A fragments (16 rows, k step kk) of a warp's [16][8 nt] FP32 accumulators, in BF16. */
-template <int NK>
-__device__ __forceinline__ void acc_to_a(uint32_t (&a)[NK][4], const float (&c)[2 * NK][4])
-{
-#pragma unroll
-    for (int kk = 0; kk < NK; kk++) {
-        a[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
-        a[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
-        a[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-        a[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-    }
-}
-
-/* A warp's [16 value columns][64 tokens] accumulators c (row = value column, col = token) into
- * its staging tile, transposed ([token][16], BF16), then rows < nc to dst + row * stride, 32
- * bytes a row. */
-__device__ __forceinline__ void lean_store_t(bf16 *stg, const float (&c)[8][4], int64_t nc,
-                                             bf16 *dst, int64_t stride)
-{
-    int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            stg[acc_col(nt, e) * kLdT + acc_row(e)] = __float2bfloat16_rn(c[nt][e]);
-    __syncwarp();
-    for (int e = lane; e < 2 * kC; e += 32) {
-        int r = e >> 1, h = e & 1;
-        if (r < nc)
-            *reinterpret_cast<uint4 *>(dst + r * stride + 8 * h) =
-                *reinterpret_cast<const uint4 *>(stg + r * kLdT + 8 * h);
-    }
-    __syncwarp();
-}
-
-/* A warp's S^T ([16 value columns][128 dk], FP32 accumulators) into a BF16 [128][128] state
- * dst (row dk, this warp's 16 columns), by two halves of 64 rows through the staging tile. */
-__device__ __forceinline__ void lean_store_state(bf16 *stg, const float (&s)[16][4], bf16 *dst)
-{
-    int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                stg[acc_col(nt, e) * kLdT + acc_row(e)] = __float2bfloat16_rn(s[8 * hh + nt][e]);
-        __syncwarp();
-        for (int e = lane; e < 2 * kC; e += 32) {
-            int r = e >> 1, h = e & 1;
-            *reinterpret_cast<uint4 *>(dst + (64 * hh + r) * kMaxD + 8 * h) =
-                *reinterpret_cast<const uint4 *>(stg + r * kLdT + 8 * h);
-        }
-        __syncwarp();
-    }
-}
-
-/* Every warp's gate vectors of the chunk from the raw gates: v[0 .. 64) F = e^{G_l - G},
- * v[64 .. 128) scale e^G, v[128] e^{G_l}. */
-__device__ __forceinline__ void lean_gates(const float *graw, float *v, float scale)
-{
-    int lane = threadIdx.x & 31;
-    float x0 = graw[lane], x1 = graw[lane + 32];
-    warp_cumsum64(x0, x1);
-    float gl = __shfl_sync(0xffffffffu, x1, 31);
-    v[lane] = expf(__fsub_rn(gl, x0));
-    v[lane + 32] = expf(__fsub_rn(gl, x1));
-    v[kC + lane] = __fmul_rn(scale, expf(x0));
-    v[kC + lane + 32] = __fmul_rn(scale, expf(x1));
-    if (lane == 0)
-        v[2 * kC] = expf(gl);
-    __syncwarp();
-}
-
-/* c += A B^T for a warp's [16][64] strip: A its [16][16 KS] BF16 fragments (k step kk in
- * a[kk]), B [64][ld] in shared memory (row n, 16 KS k). */
-template <int KS>
-__device__ __forceinline__ void strip_nk(float (&c)[8][4], const uint32_t (&a)[KS][4],
-                                         const bf16 *B, int ld)
-{
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-        for (int np = 0; np < 4; np++) {
-            uint32_t b[4];
-            frag_b_nk(b, B, ld, 16 * np, 16 * kk);
-            mma2(c[2 * np], c[2 * np + 1], a[kk], b);
-        }
-}
-
-/* The walk's element-wise steps on a warp's [16 value columns][64 tokens] strip vt (S^T W^T):
- * Vn^T = U^T - vt (in place; U [64][kLdX], the warp's columns from cw), then Vn^T and
- * F . Vn^T as A fragments (va, va2). */
-template <int kLdX>
-__device__ __forceinline__ void lean_vn(float (&vt)[8][4], uint32_t (&va)[4][4],
-                                        uint32_t (&va2)[4][4], const bf16 *Uh, const float *vec,
-                                        int cw)
-{
-    float v2[8][4]; /* F . Vn^T */
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int i = acc_col(nt, e);
-            float u = __bfloat162float(Uh[i * kLdX + cw + acc_row(e)]);
-            vt[nt][e] = __fsub_rn(u, vt[nt][e]);
-            v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
-        }
-    acc_to_a<4>(va, vt);
-    acc_to_a<4>(va2, v2);
-}
-/* c[.][col] *= f[col] (the strip's token columns); every element *= a. */
-__device__ __forceinline__ void scale_cols(float (&c)[8][4], const float *f)
-{
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            c[nt][e] = __fmul_rn(c[nt][e], f[acc_col(nt, e)]);
-}
-template <int N> __device__ __forceinline__ void scale_all(float (&c)[N][4], float a)
-{
-#pragma unroll
-    for (int nt = 0; nt < N; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            c[nt][e] = __fmul_rn(c[nt][e], a);
-}
-
-/* One chunk of a lean walk by one warp (cw: its first column among the block's), from the
- * chunk's tiles W, K [64][kLdH], Q [64][kLdH] and A [64][kLdH64] (kOut), X (U, [64][kLdX], the
- * block's columns) and the warp's gate vectors: Vn^T = U^T - S^T W^T (into vn, over U, when vn
- * is not null), o^T = (S^T Q^T) . scale e^G + Vn^T A^T (kOut: rows < nc into o), S^T = e^{G_l}
- * S^T + (Vn^T . F) K. sa is S^T in BF16, the A operand. */
-template <bool kOut, int kLdX>
-__device__ __forceinline__ void
-lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
-           const bf16 *Qh, const bf16 *Uh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
-           int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
-{
-    float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
-    strip_nk<8>(vt, sa, Wh, kLdH);
-    uint32_t va[4][4], va2[4][4];
-    lean_vn<kLdX>(vt, va, va2, Uh, vec, cw);
-    if (!kOut && vn)
-        lean_store_t(stg, vt, nc, vn, vnstride);
-    if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
-        float ot[8][4] = {};
-        strip_nk<8>(ot, sa, Qh, kLdH);
-        scale_cols(ot, vec + kC);
-        strip_nk<4>(ot, va, Ah, kLdH64);
-        lean_store_t(stg, ot, nc, o, ostride);
-    }
-    /* S^T = e^{G_l} S^T + (F . Vn^T) K */
-    scale_all(s, vec[2 * kC]);
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-        for (int np = 0; np < 8; np++) {
-            uint32_t bk[4];
-            frag_b_kn(bk, Kh, kLdH, 16 * np, 16 * kk);
-            mma2(s[2 * np], s[2 * np + 1], va2[kk], bk);
-        }
-}
-
-/* The wgmma form of lean_chunk (kGdnMmaBf16Wg): the four warps of the walk are one
- * warpgroup, so S^T W^T and S^T Q^T are m64n64k16 products with S^T (BF16, registers) as A
- * and W, Q (swizzled, K-major) from shared memory, Vn^T A^T the same with A, and the state
- * update an m64n128k16 product with K as B through the transpose bit; the accumulators have
- * the per-warp layout of the mma.sync strips, so the element-wise steps are lean_chunk's.
- * Only the accumulation order inside the tensor-core products differs. */
-#if QC_WGMMA
-/* d[8][4] (m64n64, FP32) += A (registers) B (descriptor, K-major), bf16; scale_d 0: d = A B. */
-__device__ __forceinline__ void wg_rs_n64k(float (*d)[4], const uint32_t (&a)[4], uint64_t db,
-                                           int scale_d)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
-                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-                   "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-                   "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-                   "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
-                   "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-                   "+f"(d[7][2]), "+f"(d[7][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-/* The descriptor of k step kk (16 columns) of a swizzled [64][128] tile, K-major. */
-__device__ __forceinline__ uint64_t wg_kdesc(const bf16 *t, int kk)
-{
-    return fl::wg::desc(t + (kk >> 2) * (64 * 64) + (kk & 3) * 16, 16, 1024);
-}
-#endif
-
-template <bool kOut, int kLdX>
-__device__ __forceinline__ void
-wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
-         const bf16 *Qh, const bf16 *Uh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
-         int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
-{
-#if QC_WGMMA
-    namespace wg = fl::wg;
-    /* S^T W^T, then Vn^T; o^T (no initial values: the first k step has scale-d 0) */
-    float vt[8][4], ot[8][4];
-    wg::keep<8>(const_cast<uint32_t(*)[4]>(sa)); /* S^T's fragments are written before the fence */
-    wg::wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++)
-        wg_rs_n64k(vt, sa[kk], wg_kdesc(Wh, kk), kk > 0);
-    wg::wg_commit();
-    if (kOut) {
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-            wg_rs_n64k(ot, sa[kk], wg_kdesc(Qh, kk), kk > 0);
-        wg::wg_commit();
-        wg::wg_wait<1>(); /* S^T W^T is done; S^T Q^T may still run */
-    } else {
-        wg::wg_wait<0>();
-    }
-    wg::keep<8>(vt);
-    uint32_t va[4][4], va2[4][4];
-    lean_vn<kLdX>(vt, va, va2, Uh, vec, cw);
-    if (!kOut && vn)
-        lean_store_t(stg, vt, nc, vn, vnstride);
-    if (kOut) {
-        wg::wg_wait<0>();
-        wg::keep<8>(ot);
-        scale_cols(ot, vec + kC);
-    }
-    scale_all(s, vec[2 * kC]);
-    /* the accumulators and A fragments are written before the fence */
-    wg::keep<16>(s);
-    wg::keep<4>(va2);
-    if (kOut) {
-        wg::keep<8>(ot);
-        wg::keep<4>(va);
-    }
-    wg::wg_fence();
-    if (kOut) { /* o^T += Vn^T A^T: A [64 i][64 j] is B[k = j][n = i], K-major, one panel */
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wg_rs_n64k(ot, va[kk], wg::desc(Ah + kk * 16, 16, 1024), 1);
-    }
-    /* S^T += (F . Vn^T) K: K [64 tokens][128 dk] is B[k][n], n contiguous (transposed) */
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-        wg::mma_rs<bf16, 128>(s, va2[kk], wg::desc(Kh + kk * 16 * 64, 64 * 128, 1024), 1);
-    wg::wg_commit();
-    wg::wg_wait<0>();
-    wg::keep<16>(s);
-    if (kOut) {
-        wg::keep<8>(ot);
-        lean_store_t(stg, ot, nc, o, ostride);
-    }
-#else
-    (void)s, (void)sa, (void)Wh, (void)Kh, (void)Qh, (void)Uh, (void)Ah, (void)vec, (void)stg;
-    (void)cw, (void)nc, (void)o, (void)ostride, (void)vn, (void)vnstride;
-    __trap();
-#endif
-}
-
-/* The forward walk (kOut: o, from Q and A too) or the backward's state pass (!kOut: the BF16
- * state before each chunk into hs, Vn over U through vn), the lean way. Per chunk and warp:
- * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
- * every product rounded to BF16 as an operand, FP32 accumulation. */
-template <bool kOut, int kW>
-__global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
-    state_lean_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
-                      const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
-                      float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
-{
-    typedef lean_layout<kOut, kW> L;
-    constexpr int NT = 32 * kW;
-    extern __shared__ __align__(16) unsigned char smb[];
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
-    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
-    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
-    int64_t cv = vb * L::kCols, nch = (len + kC - 1) / kC;
-    int cw = 16 * warp; /* the warp's columns in the block's */
-    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
-    bf16 *stg = L::stg(smb, warp);
-    float *vec = L::vec(smb, warp);
-    auto fetch = [&](int64_t c, int b) {
-        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        lean_rows<NT, 16>(kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
-        lean_rows<NT, 16>(kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        if (kOut) {
-            lean_rows<NT, 16>(kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-            lean_rows<NT, 8>(kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
-        }
-        lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
-        if (warp == 0)
-            for (int i = lane; i < kC; i += 32)
-                cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
-                          i < nc);
-    };
-    /* s[nt][e]: S^T at value column cv + cw + acc_row(e), dk acc_col(nt, e) */
-    float s[16][4];
-#pragma unroll
-    for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            s[nt][e] =
-                h0 ? h0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)]
-                   : 0.0f;
-    if (nch > 0)
-        fetch(0, 0);
-    cp_commit();
-    for (int64_t c = 0; c < nch; c++) {
-        int b = static_cast<int>(c & 1);
-        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        __syncthreads(); /* every warp is done with stage b ^ 1 */
-        if (c + 1 < nch)
-            fetch(c + 1, b ^ 1);
-        cp_commit();
-        uint32_t sa[8][4]; /* S^T in BF16, the A operand */
-        acc_to_a<8>(sa, s);
-        if (!kOut && hs) /* the backward: the BF16 state before chunk c */
-            lean_store_state(
-                stg, s,
-                hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv +
-                    cw);
-        cp_wait<1>();
-        __syncthreads(); /* stage b is visible */
-        lean_gates(L::graw(smb, b), vec, p.scale);
-        lean_chunk<kOut, L::kLdX>(
-            s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b), L::A(smb, b), vec, stg,
-            cw, nc, kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr,
-            p.hv * p.dv, !kOut && vn ? vn + row0 * p.dv + cv + cw : nullptr, p.dv);
-    }
-    cp_wait<0>();
-    if (ht)
-#pragma unroll
-        for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                ht[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
-                    s[nt][e];
 }
 
 /* The fused forward (kGdnMmaBf16Fused): wy_fast_kernel and state_lean_kernel<true, 4> in one
@@ -1570,7 +971,7 @@ __global__ void __launch_bounds__(256, 1)
                            });
             }
             if (kWg) /* this thread's writes (and cp.async copies) -> the walk's wgmma */
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                fence_async();
             fetch_next(c, false);
             bar_arrive(kBarFull + b, 256); /* buffer b holds chunk c */
             fetch_next(c, true);
@@ -1622,140 +1023,6 @@ __global__ void __launch_bounds__(256, 1)
                     s[nt][e];
 }
 
-/* The backward's reverse walk, the lean way: dS^T ([16 value columns][128 dk] a warp) in the
- * accumulators. Per chunk, from the last: dS' (BF16) into dhs, dVn^T = (dS'^T K^T) . F + dO^T A
- * (BF16 into dVn), dS^T = e^{G_l} dS'^T + (dO^T . scale e^G) Q - dVn^T W; the last dS is dh0.
- * Every product rounded to BF16 as an operand, FP32 accumulation. */
-template <int kW>
-__global__ void __launch_bounds__(32 * kW, 1)
-    dstate_lean_kernel(gdn_chunk_problem p, const int32_t *chunk0, int64_t nchunks, const bf16 *q,
-                       const bf16 *k, const bf16 *dout, const float *gate, const bf16 *W,
-                       const bf16 *A, const float *dht, bf16 *dhs, bf16 *dVn, float *dh0)
-{
-    typedef lean_layout<true, kW> L;
-    constexpr int NT = 32 * kW;
-    extern __shared__ __align__(16) unsigned char smb[];
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
-    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
-    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
-    int64_t cv = vb * L::kCols, nch = (len + kC - 1) / kC;
-    int cw = 16 * warp;
-    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
-    bf16 *stg = L::stg(smb, warp);
-    float *vec = L::vec(smb, warp);
-    auto fetch = [&](int64_t c, int b) {
-        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        lean_rows<NT, 16>(kLdH, L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
-        lean_rows<NT, 16>(kLdH, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        lean_rows<NT, 16>(kLdH, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-        lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc,
-                      dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
-        lean_rows<NT, 8>(kLdH64, L::A(smb, b), nc, A + row0 * kC, kC);
-        if (warp == 0)
-            for (int i = lane; i < kC; i += 32)
-                cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
-                          i < nc);
-    };
-    /* d[nt][e]: dS^T at value column cv + cw + acc_row(e), dk acc_col(nt, e) */
-    float d[16][4];
-#pragma unroll
-    for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            d[nt][e] =
-                dht ? dht[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)]
-                    : 0.0f;
-    if (nch > 0)
-        fetch(nch - 1, 0);
-    cp_commit();
-    for (int64_t it = 0; it < nch; it++) {
-        int64_t c = nch - 1 - it;
-        int b = static_cast<int>(it & 1);
-        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
-        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        __syncthreads();
-        if (c > 0)
-            fetch(c - 1, b ^ 1);
-        cp_commit();
-        uint32_t da[8][4]; /* dS'^T in BF16, the A operand */
-        acc_to_a<8>(da, d);
-        lean_store_state(
-            stg, d,
-            dhs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv + cw);
-        cp_wait<1>();
-        __syncthreads();
-        lean_gates(L::graw(smb, b), vec, p.scale);
-        const bf16 *Wh = L::W(smb, b), *Kh = L::K(smb, b), *Qh = L::Q(smb, b);
-        const bf16 *dOh = L::X(smb, b), *Ah = L::A(smb, b);
-        float dt[8][4] = {}; /* dVn^T: value column acc_row(e), token acc_col */
-        strip_nk<8>(dt, da, Kh, kLdH);
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                dt[nt][e] = __fmul_rn(dt[nt][e], vec[acc_col(nt, e)]);
-        uint32_t oa[4][4]; /* dO^T (then scale e^G . dO^T), the A operand */
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            frag_a_km(oa[kk], dOh, L::kLdX, cw, 16 * kk);
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t ba[4];
-                frag_b_kn(ba, Ah, kLdH64, 16 * np, 16 * kk);
-                mma2(dt[2 * np], dt[2 * np + 1], oa[kk], ba);
-            }
-        }
-        lean_store_t(stg, dt, nc, dVn + row0 * p.dv + cv + cw, p.dv);
-        uint32_t na[4][4]; /* -dVn^T, the A operand */
-        {
-            float ndt[8][4];
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    ndt[nt][e] = -dt[nt][e];
-            acc_to_a<4>(na, ndt);
-        }
-        int t2 = 2 * (lane & 3);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) { /* registers 2, 3: tokens + 8 */
-                float es0 = vec[kC + 16 * kk + t2 + (r >= 2 ? 8 : 0)];
-                float es1 = vec[kC + 16 * kk + t2 + 1 + (r >= 2 ? 8 : 0)];
-                __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162 *>(&oa[kk][r]);
-                float2 f = __bfloat1622float2(h);
-                oa[kk][r] = pack_bf16(__fmul_rn(f.x, es0), __fmul_rn(f.y, es1));
-            }
-        float al = vec[2 * kC];
-#pragma unroll
-        for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                d[nt][e] = __fmul_rn(d[nt][e], al);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int np = 0; np < 8; np++) {
-                uint32_t bq[4], bw[4];
-                frag_b_kn(bq, Qh, kLdH, 16 * np, 16 * kk);
-                frag_b_kn(bw, Wh, kLdH, 16 * np, 16 * kk);
-                mma2(d[2 * np], d[2 * np + 1], oa[kk], bq);
-                mma2(d[2 * np], d[2 * np + 1], na[kk], bw);
-            }
-    }
-    cp_wait<0>();
-    if (dh0)
-#pragma unroll
-        for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                dh0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
-                    d[nt][e];
-}
-
 /* The lean kernels' warps a block: 8 (128 value columns) when hv x nseq blocks cover the
  * device's SMs, else 4 (64 columns, twice the blocks); gdn_lean_warps = 4 or 8 fixes it. */
 int lean_warps(const gdn_chunk_problem &p)
@@ -1785,6 +1052,11 @@ template <class Fn> struct serial_kernel {
 };
 template <bool kOut> serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_pick(int lw)
 {
+    if (gdn_lean_wg && fl::wg::available()) {
+        if (lw == 8)
+            return {state_lean_kernel<kOut, 8, true>, 256, lean_layout<kOut, 8, true>::kBytes, 128};
+        return {state_lean_kernel<kOut, 4, true>, 128, lean_layout<kOut, 4, true>::kBytes, 64};
+    }
     if (lw == 8)
         return {state_lean_kernel<kOut, 8>, 256, lean_layout<kOut, 8>::kBytes, 128};
     return {state_lean_kernel<kOut, 4>, 128, lean_layout<kOut, 4>::kBytes, 64};
@@ -2964,6 +2236,11 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
                                                         lean_layout<true, 4>::kBytes, 64};
     if (lw == 8)
         dk_ = {dstate_lean_kernel<8>, 256, lean_layout<true, 8>::kBytes, 128};
+    if (gdn_lean_wg && fl::wg::available())
+        dk_ = lw == 8 ? decltype(dk_){dstate_lean_kernel<8, true>, 256,
+                                      lean_layout<true, 8, true>::kBytes, 128}
+                      : decltype(dk_){dstate_lean_kernel<4, true>, 128,
+                                      lean_layout<true, 4, true>::kBytes, 64};
     if (err == cudaSuccess)
         err =
             cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);

@@ -6,7 +6,9 @@
 #ifndef QC_GDN_CHUNK_H
 #define QC_GDN_CHUNK_H
 
+#ifndef QC_EMU /* the CPU emulator (tests/gdn_emu) takes the types alone */
 #include <cuda_runtime.h>
+#endif
 #include <stdint.h>
 
 namespace qc
@@ -72,9 +74,14 @@ struct gdn_chunk_plan {
 /* The lean kernels' warps a block for the benchmark (the plugin leaves it at 0), read at each
  * call: 4 or 8 fixes it; 0 chooses by the problem's size. */
 extern int gdn_lean_warps;
+/* The lean walks of kGdnMmaBf16Smem (state_lean_kernel, the forward and the backward's state
+ * pass, and dstate_lean_kernel): 0 (the default) mma.sync on every device; otherwise wgmma
+ * where the sm_90a kernels run. */
+extern int gdn_lean_wg;
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
 extern int gdn_wy_tiles;
+#ifndef QC_EMU
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);
 /* Whether kGdnMmaBf16Wg runs its wgmma kernels on the current device (else the fused ones). */
@@ -108,6 +115,7 @@ cudaError_t gdn_chunk_bwd(const gdn_chunk_problem &p, const gdn_chunk_plan &plan
                           const float *beta, const float *h0, const void *dout, const float *dht,
                           void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
                           cudaStream_t st);
+#endif
 
 } // namespace qc
 

@@ -32,7 +32,12 @@
  * environment variable QSPEC_GDN_LEAN_WARPS=4 or 8 (read at the start into
  * qc::gdn_lean_warps) fixes the lean kernels' warps a block (by default 8 where the blocks
  * cover the SMs: the timed shapes with several sequences; 4 elsewhere, the checks included);
- * unset, the checks run a second time with 8 warps. */
+ * unset, the checks run a second time with 8 warps, and, where the wgmma kernels run, with 4
+ * and 8 warps and the staged walk on the other instructions. QSPEC_GDN_LEAN_WG=0 or 1
+ * (qc::gdn_lean_wg) puts the staged walks (state_lean_kernel, dstate_lean_kernel) on mma.sync
+ * (the library's default) or on wgmma where the sm_90a kernels run; each staged timing is then
+ * repeated with the walks on the other instructions, with the count of output bytes that
+ * differ. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -771,6 +776,17 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                    "tiles; bytes differing from four: o %llu, ht %llu",
                    kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m5, od, hd);
             g_fail += od || hd ? 1 : 0;
+            if (qc::gdn_chunk_wgmma_available()) { /* the walk on the other instructions */
+                qc::gdn_lean_wg = !qc::gdn_lean_wg;
+                double mw = median_ms(e0, e1, fwd);
+                CHECK_CUDA(cudaDeviceSynchronize());
+                od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
+                printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the walk on %s; "
+                       "bytes differing: o %llu, ht %llu",
+                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, mw,
+                       qc::gdn_lean_wg ? "wgmma" : "mma.sync", od, hd);
+                qc::gdn_lean_wg = !qc::gdn_lean_wg;
+            }
         }
         if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && o_smem) {
             unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
@@ -850,11 +866,12 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     void *keep[6] = {}; /* the staged path's gradients, for the fused one */
     for (int mma : timed_mmas({qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem,
                                qc::kGdnMmaBf16Fused, qc::kGdnMmaBf16Wg})) {
-        double med = median_ms(e0, e1, [&] {
+        auto bwd = [&] {
             return qc::gdn_chunk_bwd(cp, qc::gdn_chunk_staged(mma) ? narrow : plan, mma,
                                      qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
                                      nullptr, dq, dk, dv, dg, db, dh0, 0);
-        });
+        };
+        double med = median_ms(e0, e1, bwd);
         const bf16 *io[3] = {dq, dk, dv};
         float *f32[3] = {dg, db, dh0};
         float **dst = mma == qc::kGdnMmaTf32x3 ? ref : wide;
@@ -879,6 +896,22 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                 CHECK_CUDA(cudaMalloc(&keep[a], bytes[a]));
                 CHECK_CUDA(cudaMemcpy(keep[a], outs[a], bytes[a], cudaMemcpyDeviceToDevice));
             }
+        if (mma == qc::kGdnMmaBf16Smem && qc::gdn_chunk_wgmma_available()) {
+            /* the state pass's walk on the other instructions, then the default's outputs again */
+            qc::gdn_lean_wg = !qc::gdn_lean_wg;
+            double mw = median_ms(e0, e1, bwd);
+            CHECK_CUDA(cudaDeviceSynchronize());
+            unsigned long long nd = 0;
+            for (int a = 0; a < 6; a++)
+                nd += dev_ndiff(outs[a], keep[a], bytes[a]);
+            printf("\ntime gdn_bwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the walk on %s; "
+                   "bytes differing: %llu\n",
+                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, mw,
+                   qc::gdn_lean_wg ? "wgmma" : "mma.sync", nd);
+            qc::gdn_lean_wg = !qc::gdn_lean_wg;
+            CHECK_CUDA(bwd());
+            CHECK_CUDA(cudaDeviceSynchronize());
+        }
         if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && keep[0]) {
             unsigned long long nd = 0;
             for (int a = 0; a < 6; a++)
@@ -923,6 +956,12 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    const char *wg = getenv("QSPEC_GDN_LEAN_WG");
+    if (wg && (wg[0] == '0' || wg[0] == '1') && wg[1] == 0)
+        qc::gdn_lean_wg = wg[0] - '0';
+    printf("chunk-bf16-smem: the walk's products on %s (QSPEC_GDN_LEAN_WG=%s)\n",
+           qc::gdn_lean_wg && qc::gdn_chunk_wgmma_available() ? "wgmma" : "mma.sync",
+           wg ? wg : "unset");
     const char *lw = getenv("QSPEC_GDN_LEAN_WARPS");
     qc::gdn_lean_warps = lw && (lw[0] == '4' || lw[0] == '8') && lw[1] == 0 ? lw[0] - '0' : 0;
     printf("chunk-bf16-smem: lean serial kernels of %s warps a block (QSPEC_GDN_LEAN_WARPS=%s)\n",
@@ -957,6 +996,17 @@ int main(int argc, char **argv)
         qc::gdn_lean_warps = 8;
         checks(ctx);
         qc::gdn_lean_warps = 0;
+        if (qc::gdn_chunk_wgmma_available()) { /* the staged walk on the other instructions */
+            qc::gdn_lean_wg = !qc::gdn_lean_wg;
+            for (int lw : {4, 8}) {
+                printf("checks again with QSPEC_GDN_LEAN_WARPS=%d QSPEC_GDN_LEAN_WG=%d\n", lw,
+                       qc::gdn_lean_wg);
+                qc::gdn_lean_warps = lw;
+                checks(ctx);
+            }
+            qc::gdn_lean_warps = 0;
+            qc::gdn_lean_wg = !qc::gdn_lean_wg;
+        }
     }
     qs_ctx_free(ctx);
     printf("gdn_bench: checks: %d failing\n", g_fail);

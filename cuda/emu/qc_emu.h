@@ -1,13 +1,15 @@
-/* qc_emu.h: the flash kernels of cuda/qc_flash.cuh and cuda/qc_flash_wgmma.cuh compiled as
- * host C++ and run on the CPU, to check their logic (tiling, masks, loop bounds, barriers,
- * the shared-memory layouts and wgmma descriptors) where no GPU is at hand. Defining QC_EMU
- * before including those headers makes them include this one instead of CUDA's: a kernel is
+/* qc_emu.h: the flash kernels of cuda/qc_flash.cuh and cuda/qc_flash_wgmma.cuh, and the lean
+ * GDN kernels of cuda/qc_gdn_lean.cuh, compiled as host C++ and run on the CPU, to check their
+ * logic (tiling, masks, loop bounds, barriers, the shared-memory layouts and wgmma
+ * descriptors) where no GPU is at hand. Defining QC_EMU before including those headers makes
+ * them include this one instead of CUDA's: a kernel is
  * then an ordinary function, and qc::emu::launch runs it block by block, each block's
  * threads as fibers (ucontext) taking turns on one host thread, switching only where a
  * thread waits (a barrier, an mbarrier, a warp or warpgroup exchange). The instructions the
  * kernels use are given by their PTX meaning:
- * - cp.async copies as late as PTX allows: a thread's copies wait in its groups (commit_group
- *   closes one) and land only when the thread waits for them (wait_group N: all but the N
+ * - cp.async copies (16 or 4 bytes) as late as PTX allows: a thread's copies wait in its
+ *   groups (commit_group closes one) and land only when the thread waits for them
+ *   (wait_group N: all but the N
  *   groups committed last; an mbarrier's cp arrival or the thread's end: all it issued), so
  *   a read before the wait, or a copy into a buffer still being read, shows in the results;
  *   a wgmma that reads what a cp.async wrote needs a fence.proxy.async since the copy landed,
@@ -158,6 +160,18 @@ inline float2 make_float2(float x, float y)
 {
     return float2{x, y};
 }
+inline float __fsub_rn(float a, float b)
+{
+    return a - b;
+}
+inline float __fmul_rn(float a, float b)
+{
+    return a * b;
+}
+inline float2 __bfloat1622float2(__nv_bfloat162 h)
+{
+    return float2{static_cast<float>(h.x), static_cast<float>(h.y)};
+}
 inline float __fadd_rn(float a, float b)
 {
     return a + b;
@@ -210,10 +224,11 @@ struct mbar {
     unsigned expected = 0, pending = 0, phase = 0;
 };
 
-struct copy16 { /* a pending cp.async of 16 bytes (zeros unless ok) */
+struct copy16 { /* a pending cp.async of n bytes (16, 8 or 4; zeros unless ok) */
     void *dst;
     const void *src;
     bool ok;
+    unsigned n;
 };
 
 /* a shared-memory element a wgmma read, with its bits then */
@@ -384,9 +399,9 @@ inline fiber &self()
 inline void land(const copy16 &c)
 {
     if (c.ok)
-        memcpy(c.dst, c.src, 16);
+        memcpy(c.dst, c.src, c.n);
     else
-        memset(c.dst, 0, 16);
+        memset(c.dst, 0, c.n);
     block_rt *r = rt();
     auto *d = static_cast<unsigned char *>(c.dst);
     /* a chunk wgmma may read, written by the generic proxy */
@@ -413,9 +428,9 @@ inline void proxy_check(uint32_t addr)
     if (t && r->fenced[r->lander[ch]] < t && r->fenced[flat_tid()] < t)
         hazard("a wgmma read shared memory that cp.async wrote, with no fence.proxy.async since");
 }
-inline void cp_async(void *dst, const void *src, bool ok)
+inline void cp_async(void *dst, const void *src, bool ok, unsigned n = 16)
 {
-    self().cp.open.push_back(copy16{dst, src, ok});
+    self().cp.open.push_back(copy16{dst, src, ok, n});
 }
 inline void cp_commit()
 {
@@ -665,6 +680,44 @@ template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64
     self().wg.open.push_back(std::move(op));
 }
 
+/* The same with B (N x 16) K-major through db (no transpose bit). */
+template <typename T, int N>
+void wg_rs_k(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+{
+    check_desc(db);
+    const uint32_t *all = warp_exchange(a, 4);
+    unsigned t = flat_tid() & 127;
+    int gr = (t & 31) >> 2, tq = t & 3;
+    float arow[2][16];
+    for (int q = 0; q < 4; q++)
+        for (int h = 0; h < 2; h++) {
+            const uint32_t *f = all + kSlot * (gr * 4 + q);
+            arow[h][2 * q] = half_of<T>(f[h], 0);
+            arow[h][2 * q + 1] = half_of<T>(f[h], 1);
+            arow[h][2 * q + 8] = half_of<T>(f[2 + h], 0);
+            arow[h][2 * q + 9] = half_of<T>(f[2 + h], 1);
+        }
+    wg_op op;
+    op.seq = ++self().wg_seq;
+    op.a = a;
+    memcpy(op.a_bits, a, sizeof op.a_bits);
+    wg_reads() = &op.reads;
+    float bv[N / 8][2][16];
+    for (int nb = 0; nb < N / 8; nb++)
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < 16; k++)
+                bv[nb][c][k] = kmajor<T>(db, nb * 8 + 2 * tq + c, k);
+    wg_reads() = nullptr;
+    for (int nb = 0; nb < N / 8; nb++)
+        for (int e = 0; e < 4; e++) {
+            float acc = scale_d ? wg_in(&d[nb][e]) : 0.0f;
+            for (int k = 0; k < 16; k++)
+                acc += arow[e >> 1][k] * bv[nb][e & 1][k];
+            wg_out(op, &d[nb][e], acc);
+        }
+    self().wg.open.push_back(std::move(op));
+}
+
 /* mma.sync m16n8k16 (row.col, FP32 accumulation): c[4] += A B for this lane's elements, the
  * warp's fragments exchanged (A rows g, g + 8 and columns 2t, 2t + 1, + 8; B columns (n) g,
  * rows 2t, 2t + 1, + 8; C rows g, g + 8, columns 2t, 2t + 1). */
@@ -829,6 +882,15 @@ template <typename V> inline V __shfl_xor_sync(unsigned, V v, int m)
 template <typename V> inline V __shfl_sync(unsigned, V v, int src)
 {
     return qc::emu::shfl(v, src);
+}
+template <typename V> inline V __shfl_up_sync(unsigned, V v, int delta)
+{
+    int l = static_cast<int>(threadIdx.x & 31);
+    return qc::emu::shfl(v, l >= delta ? l - delta : l);
+}
+inline void __syncwarp()
+{
+    qc::emu::warp_sync();
 }
 inline int __any_sync(unsigned, int pred)
 {

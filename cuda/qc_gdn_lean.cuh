@@ -1,0 +1,943 @@
+/* qc_gdn_lean.cuh: the lean serial kernels of the BF16-staged chunked GDN (kGdnMmaBf16Smem,
+ * cuda/qc_gdn_chunk.cu; docs/gdn.md): state_lean_kernel (the forward's walk over a sequence's
+ * chunks, and the backward's state pass) and dstate_lean_kernel (the backward's reverse walk),
+ * on mma.sync or (kWg, sm_90a) wgmma, with the tile primitives they share with the other staged
+ * kernels. With QC_EMU defined the header compiles as host C++ for the CPU emulator of
+ * cuda/emu/qc_emu.h (tests/gdn_emu), which gives each instruction its PTX meaning. */
+#ifndef QC_GDN_LEAN_CUH
+#define QC_GDN_LEAN_CUH
+
+#include <stdint.h>
+
+#include "qc_flash_wgmma.cuh"
+#include "qc_gdn_chunk.h"
+
+#ifdef QC_EMU /* the kernels' dynamic shared memory: the emulator's block buffer */
+#define QC_LEAN_SMEM(name) unsigned char *name = ::qc::fl::wg::smraw
+#else
+#define QC_LEAN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+namespace qc
+{
+namespace
+{
+
+constexpr int kC = 64;          /* chunk */
+constexpr int kMaxD = 128;      /* largest dk, dv */
+constexpr int kThreads = 256;   /* 8 warps */
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (lower k) in the low half */
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1)
+{
+#ifdef QC_EMU
+    const uint32_t a4[4] = {a[0], a[1], a[2], a[3]};
+    emu::mma16816<__nv_bfloat16>(c, a4, b0, b1);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+
+/* Row and column (in the 16 x 8NT strip) of accumulator element e of tile n. */
+__device__ __forceinline__ int acc_row(int e)
+{
+    return ((threadIdx.x & 31) >> 2) + (e >= 2 ? 8 : 0);
+}
+__device__ __forceinline__ int acc_col(int n, int e)
+{
+    return 8 * n + 2 * (threadIdx.x & 3) + (e & 1);
+}
+
+
+constexpr int kLdH = kMaxD + 8;           /* BF16 row stride of [64][128] tiles (272 B) */
+constexpr int kLdH64 = kC + 8;            /* BF16 row stride of [.][64] tiles (144 B) */
+constexpr int kTileH = kC * kLdH * 2;     /* bytes */
+constexpr int kTileH64 = kC * kLdH64 * 2; /* bytes */
+
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+#ifdef QC_EMU
+    return emu::smem_offset(p);
+#else
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+#endif
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p)
+{
+#ifdef QC_EMU
+    emu::ldsm<false>(r, p);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+#endif
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16 *p)
+{
+#ifdef QC_EMU
+    emu::ldsm<true>(r, p);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+#endif
+}
+
+/* Where element (r, c) (c a multiple of 8) of a BF16 tile lies: pad_layout, rows of ld
+ * elements; swz_layout<R>, the 128-byte swizzle of the wgmma operands (R rows; 64-column
+ * panels of R x 128 bytes, the 16-byte chunk c of row r at chunk c ^ (r & 7)). */
+struct pad_layout {
+    int ld;
+    __device__ __forceinline__ int at(int r, int c) const
+    {
+        return r * ld + c;
+    }
+};
+template <int R> struct swz_layout {
+    __device__ __forceinline__ int at(int r, int c) const
+    {
+        return (c >> 6) * (R * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3);
+    }
+};
+
+/* The A fragment (16 x 16 from row m0, column k0) of A stored [m][k]. */
+template <class Lay>
+__device__ __forceinline__ void frag_a_mk(uint32_t (&a)[4], const bf16 *s, Lay y, int m0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4(a, s + y.at(m0 + (l & 7) + ((l >> 3) & 1) * 8, k0 + (l >> 4) * 8));
+}
+__device__ __forceinline__ void frag_a_mk(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
+{
+    frag_a_mk(a, s, pad_layout{ld}, m0, k0);
+}
+/* The A fragment of A stored transposed, [k][m]. */
+__device__ __forceinline__ void frag_a_km(uint32_t (&a)[4], const bf16 *s, int ld, int m0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4_t(a, s + (k0 + (l & 7) + (l >> 4) * 8) * ld + m0 + ((l >> 3) & 1) * 8);
+}
+/* The B fragments of two 8-column tiles (n0, n0 + 8; k0 .. k0 + 16) of B stored [k][n]:
+ * b[0], b[1] for the first, b[2], b[3] for the second. */
+template <class Lay>
+__device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const bf16 *s, Lay y, int n0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4_t(b, s + y.at(k0 + (l & 7) + ((l >> 3) & 1) * 8, n0 + (l >> 4) * 8));
+}
+__device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
+{
+    frag_b_kn(b, s, pad_layout{ld}, n0, k0);
+}
+/* The same of B stored transposed, [n][k]. */
+template <class Lay>
+__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const bf16 *s, Lay y, int n0, int k0)
+{
+    int l = threadIdx.x & 31;
+    ldsm_x4(b, s + y.at(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 8));
+}
+__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const bf16 *s, int ld, int n0, int k0)
+{
+    frag_b_nk(b, s, pad_layout{ld}, n0, k0);
+}
+
+__device__ __forceinline__ void mma2(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                     const uint32_t (&b)[4])
+{
+    mma_bf16(c0, a, b[0], b[1]);
+    mma_bf16(c1, a, b[2], b[3]);
+}
+
+__device__ __forceinline__ void st_pair(bf16 *p, float x, float y)
+{
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
+}
+
+#ifndef QC_EMU
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool on)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(on ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool on)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(on ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+/* this thread's writes to shared memory (its landed cp.async copies too) ordered before the
+ * async proxy's reads (wgmma operands) */
+__device__ __forceinline__ void fence_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#else
+inline void cp_async16(void *dst, const void *src, bool on)
+{
+    emu::cp_async(dst, src, on, 16);
+}
+inline void cp_async4(void *dst, const void *src, bool on)
+{
+    emu::cp_async(dst, src, on, 4);
+}
+inline void cp_commit()
+{
+    emu::cp_commit();
+}
+template <int N> inline void cp_wait()
+{
+    emu::cp_wait(N);
+}
+inline void fence_async()
+{
+    emu::fence_proxy_async();
+}
+#endif
+
+/* The inclusive cumsum of 64 gates, x0 = g[lane] and x1 = g[lane + 32] (0 past the
+ * chunk), by one warp: a shuffle scan of each half, then the first half's total added to
+ * the second. */
+__device__ __forceinline__ void warp_cumsum64(float &x0, float &x1)
+{
+    int l = threadIdx.x & 31;
+    for (int off = 1; off < 32; off <<= 1) {
+        float y0 = __shfl_up_sync(0xffffffffu, x0, off), y1 = __shfl_up_sync(0xffffffffu, x1, off);
+        if (l >= off) {
+            x0 = __fadd_rn(x0, y0);
+            x1 = __fadd_rn(x1, y1);
+        }
+    }
+    x1 = __fadd_rn(x1, __shfl_sync(0xffffffffu, x0, 31));
+}
+
+
+/* The lean serial kernels of kGdnMmaBf16Smem: one block of kW warps (4 or 8) per (16 kW value
+ * columns, value head, sequence), each warp owning 16 value columns of the state, transposed (S^T,
+ * [16 dv][128 dk]), in the FP32 accumulators of its mma tiles. S^T is the A operand of the products
+ * with W and Q (the accumulator layout of two 8-column tiles is the A fragment of a 16-deep step),
+ * and the warp's Vn^T (or dVn^T) accumulators are the A operand of the state update, so a chunk
+ * step reads only the chunk's tiles from shared memory and needs no barrier between the warps past
+ * the one that publishes the tiles. The shared memory holds two stages of the chunk tiles
+ * (fetched by cp.async one chunk ahead), a [64][16] staging tile a warp for coalesced stores,
+ * and each warp's gate vectors (every warp sums the gates itself). */
+
+constexpr int kLdT = 24; /* BF16 row stride of a warp's [64][16] staging tile (48 B) */
+
+/* The shared memory of the lean kernels with kW warps. Stage b: W, K [64][128], Q [64][128]
+ * (kQA), X [64][kLdX] (U or dO, the block's 16 kW columns), A [64][64] (kQA), the raw gates
+ * [64] (FP32). Then a staging tile and 3 x 64 floats of vectors per warp. The tiles W, K, Q
+ * and A have padded rows (kLdH, kLdH64) for the mma.sync walk, or (kWg, state_lean_kernel's
+ * wgmma walk) the 128-byte swizzle of the wgmma operands (swz_layout<64>), each such tile
+ * 1024-byte aligned from base(). */
+template <bool kQA, int kW, bool kWg = false> struct lean_layout {
+    static_assert(kW == 4 || kW == 8, "4 or 8 warps");
+    static constexpr int kCols = 16 * kW;
+    static constexpr int kLdX = kCols + 8;
+    static constexpr int kTileX = kC * kLdX * 2;
+    static constexpr int kTiles = kQA ? 3 : 2;
+    static constexpr int kTileQ = kWg ? kC * kMaxD * 2 : kTileH; /* W, K, Q */
+    static constexpr int kTileA = kWg ? kC * kC * 2 : kTileH64;
+    /* kWg: W, K, Q, A, X, gates (the swizzled tiles first, at multiples of 1024 bytes);
+     * else W, K, Q, X, A, gates */
+    static constexpr int kOffX = kTiles * kTileQ + (kWg && kQA ? kTileA : 0);
+    static constexpr int kOffA = kWg ? kTiles * kTileQ : kOffX + kTileX;
+    static constexpr int kOffG = kOffX + kTileX + (!kWg && kQA ? kTileA : 0);
+    static constexpr int kStage = kWg ? (kOffG + kC * 4 + 1023) / 1024 * 1024 : kOffG + kC * 4;
+    static constexpr int kStg = kC * kLdT * 2;
+    static constexpr int kVec = 3 * kC * 4;
+    static constexpr size_t kBytes = 2 * static_cast<size_t>(kStage) +
+                                     kW * static_cast<size_t>(kStg + kVec) + (kWg ? 1024 : 0);
+    /* the start of the layout in the dynamic shared memory s (kWg: aligned up to 1024 bytes) */
+    static __device__ unsigned char *base(unsigned char *s)
+    {
+        if (!kWg)
+            return s;
+        return s + ((1024u - (smem_addr(s) & 1023u)) & 1023u);
+    }
+    static __device__ bf16 *W(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage);
+    }
+    static __device__ bf16 *K(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage + kTileQ);
+    }
+    static __device__ bf16 *Q(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage + 2 * kTileQ);
+    }
+    static __device__ bf16 *X(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage + kOffX);
+    }
+    static __device__ bf16 *A(unsigned char *s, int b)
+    {
+        return reinterpret_cast<bf16 *>(s + b * kStage + kOffA);
+    }
+    static __device__ float *graw(unsigned char *s, int b)
+    {
+        return reinterpret_cast<float *>(s + b * kStage + kOffG);
+    }
+    static __device__ bf16 *stg(unsigned char *s, int warp)
+    {
+        return reinterpret_cast<bf16 *>(s + 2 * kStage + warp * kStg);
+    }
+    static __device__ float *vec(unsigned char *s, int warp)
+    {
+        return reinterpret_cast<float *>(s + 2 * kStage + kW * kStg + warp * kVec);
+    }
+    /* where the fetches put rows of W, K, Q (128 columns) and of A (64) */
+    static __device__ auto lay_q()
+    {
+        if constexpr (kWg)
+            return swz_layout<64>{};
+        else
+            return pad_layout{kLdH};
+    }
+    static __device__ auto lay_a()
+    {
+        if constexpr (kWg)
+            return swz_layout<64>{};
+        else
+            return pad_layout{kLdH64};
+    }
+};
+static_assert(lean_layout<true, 4>::kStage % 16 == 0 && lean_layout<false, 4>::kStage % 16 == 0 &&
+                  lean_layout<true, 8>::kStage % 16 == 0 &&
+                  lean_layout<false, 8>::kStage % 16 == 0 && lean_layout<true, 4>::kStg % 16 == 0 &&
+                  lean_layout<true, 4>::kTileX % 16 == 0 && lean_layout<true, 8>::kTileX % 16 == 0,
+              "the lean kernels' tiles stay 16-byte aligned");
+static_assert(lean_layout<true, 4>::kBytes <= 227 * 1024 &&
+                  lean_layout<true, 8>::kBytes <= 227 * 1024,
+              "state_lean / dstate_lean shared memory");
+static_assert(lean_layout<false, 4>::kBytes + 1024 <= 228 * 1024 / 2 &&
+                  lean_layout<false, 4, true>::kBytes + 1024 <= 228 * 1024 / 2,
+              "state_lean_kernel without o, 4 warps: two blocks an SM");
+static_assert(lean_layout<true, 4, true>::kBytes <= 227 * 1024 &&
+                  lean_layout<true, 8, true>::kBytes <= 227 * 1024 &&
+                  lean_layout<true, 4, true>::kStage % 1024 == 0 &&
+                  lean_layout<false, 8, true>::kStage % 1024 == 0 &&
+                  lean_layout<true, 8, true>::kOffX % 1024 == 0,
+              "state_lean_kernel's wgmma walk: shared memory, and tiles 1024-byte aligned");
+static_assert(kMaxD % 64 == 0, "the lean kernels' column blocks tile dv");
+
+/* tile_rows for NT threads (tid their index, from 0): rows of per 16-byte copies. NT is a
+ * multiple of per, so a thread keeps its column c and steps NT / per rows at a time: its
+ * source offset advances by an addition (the walks issue these copies between their
+ * products, with one warp a scheduler, so each instruction here is on their critical path). */
+template <int NT, int per, class Lay>
+__device__ __forceinline__ void lean_rows(Lay y, bf16 *t, int64_t nc, const bf16 *base,
+                                          int64_t stride, int tid = threadIdx.x)
+{
+    static_assert(per > 0 && (per & (per - 1)) == 0 && NT % per == 0, "a fixed column a thread");
+    constexpr int di = NT / per;
+    const unsigned ut = static_cast<unsigned>(tid); /* unsigned: shifts, not signed division */
+    const int c = static_cast<int>(ut % per);
+    int i = static_cast<int>(ut / per);
+    int64_t off = i * stride + c * 8;
+    for (; i < kC; i += di, off += di * stride) {
+        bool on = i < nc;
+        cp_async16(t + y.at(i, c * 8), on ? base + off : base, on);
+    }
+}
+template <int NT, int per>
+__device__ __forceinline__ void lean_rows(int ldt, bf16 *t, int64_t nc, const bf16 *base,
+                                          int64_t stride, int tid = threadIdx.x)
+{
+    lean_rows<NT, per>(pad_layout{ldt}, t, nc, base, stride, tid);
+}
+
+/* The A fragments (16 rows, k step kk) of a warp's [16][8 nt] FP32 accumulators, in BF16. */
+template <int NK>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[NK][4], const float (&c)[2 * NK][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+        a[kk][0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+        a[kk][1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+        a[kk][2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+        a[kk][3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    }
+}
+
+/* A warp's [16 value columns][64 tokens] accumulators c (row = value column, col = token) into
+ * its staging tile, transposed ([token][16], BF16), then rows < nc to dst + row * stride, 32
+ * bytes a row. */
+__device__ __forceinline__ void lean_store_t(bf16 *stg, const float (&c)[8][4], int64_t nc,
+                                             bf16 *dst, int64_t stride)
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            stg[acc_col(nt, e) * kLdT + acc_row(e)] = __float2bfloat16_rn(c[nt][e]);
+    __syncwarp();
+    for (int e = lane; e < 2 * kC; e += 32) {
+        int r = e >> 1, h = e & 1;
+        if (r < nc)
+            *reinterpret_cast<uint4 *>(dst + r * stride + 8 * h) =
+                *reinterpret_cast<const uint4 *>(stg + r * kLdT + 8 * h);
+    }
+    __syncwarp();
+}
+
+/* A warp's S^T ([16 value columns][128 dk], FP32 accumulators) into a BF16 [128][128] state
+ * dst (row dk, this warp's 16 columns), by two halves of 64 rows through the staging tile. */
+__device__ __forceinline__ void lean_store_state(bf16 *stg, const float (&s)[16][4], bf16 *dst)
+{
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                stg[acc_col(nt, e) * kLdT + acc_row(e)] = __float2bfloat16_rn(s[8 * hh + nt][e]);
+        __syncwarp();
+        for (int e = lane; e < 2 * kC; e += 32) {
+            int r = e >> 1, h = e & 1;
+            *reinterpret_cast<uint4 *>(dst + (64 * hh + r) * kMaxD + 8 * h) =
+                *reinterpret_cast<const uint4 *>(stg + r * kLdT + 8 * h);
+        }
+        __syncwarp();
+    }
+}
+
+/* Every warp's gate vectors of the chunk from the raw gates: v[0 .. 64) F = e^{G_l - G},
+ * v[64 .. 128) scale e^G, v[128] e^{G_l}. */
+__device__ __forceinline__ void lean_gates(const float *graw, float *v, float scale)
+{
+    int lane = threadIdx.x & 31;
+    float x0 = graw[lane], x1 = graw[lane + 32];
+    warp_cumsum64(x0, x1);
+    float gl = __shfl_sync(0xffffffffu, x1, 31);
+    v[lane] = expf(__fsub_rn(gl, x0));
+    v[lane + 32] = expf(__fsub_rn(gl, x1));
+    v[kC + lane] = __fmul_rn(scale, expf(x0));
+    v[kC + lane + 32] = __fmul_rn(scale, expf(x1));
+    if (lane == 0)
+        v[2 * kC] = expf(gl);
+    __syncwarp();
+}
+
+/* c += A B^T for a warp's [16][64] strip: A its [16][16 KS] BF16 fragments (k step kk in
+ * a[kk]), B [64][ld] in shared memory (row n, 16 KS k). */
+template <int KS>
+__device__ __forceinline__ void strip_nk(float (&c)[8][4], const uint32_t (&a)[KS][4],
+                                         const bf16 *B, int ld)
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t b[4];
+            frag_b_nk(b, B, ld, 16 * np, 16 * kk);
+            mma2(c[2 * np], c[2 * np + 1], a[kk], b);
+        }
+}
+
+/* The walk's element-wise steps on a warp's [16 value columns][64 tokens] strip vt (S^T W^T):
+ * Vn^T = U^T - vt (in place; U [64][kLdX], the warp's columns from cw), then Vn^T and
+ * F . Vn^T as A fragments (va, va2). */
+template <int kLdX>
+__device__ __forceinline__ void lean_vn(float (&vt)[8][4], uint32_t (&va)[4][4],
+                                        uint32_t (&va2)[4][4], const bf16 *Uh, const float *vec,
+                                        int cw)
+{
+    float v2[8][4]; /* F . Vn^T */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = acc_col(nt, e);
+            float u = __bfloat162float(Uh[i * kLdX + cw + acc_row(e)]);
+            vt[nt][e] = __fsub_rn(u, vt[nt][e]);
+            v2[nt][e] = __fmul_rn(vt[nt][e], vec[i]);
+        }
+    acc_to_a<4>(va, vt);
+    acc_to_a<4>(va2, v2);
+}
+/* c[.][col] *= f[col] (the strip's token columns); every element *= a. */
+__device__ __forceinline__ void scale_cols(float (&c)[8][4], const float *f)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            c[nt][e] = __fmul_rn(c[nt][e], f[acc_col(nt, e)]);
+}
+template <int N> __device__ __forceinline__ void scale_all(float (&c)[N][4], float a)
+{
+#pragma unroll
+    for (int nt = 0; nt < N; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            c[nt][e] = __fmul_rn(c[nt][e], a);
+}
+
+/* One chunk of a lean walk by one warp (cw: its first column among the block's), from the
+ * chunk's tiles W, K [64][kLdH], Q [64][kLdH] and A [64][kLdH64] (kOut), X (U, [64][kLdX], the
+ * block's columns) and the warp's gate vectors: Vn^T = U^T - S^T W^T (into vn, over U, when vn
+ * is not null), o^T = (S^T Q^T) . scale e^G + Vn^T A^T (kOut: rows < nc into o), S^T = e^{G_l}
+ * S^T + (Vn^T . F) K. sa is S^T in BF16, the A operand. */
+template <bool kOut, int kLdX>
+__device__ __forceinline__ void
+lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
+           const bf16 *Qh, const bf16 *Uh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
+           int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
+{
+    float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
+    strip_nk<8>(vt, sa, Wh, kLdH);
+    uint32_t va[4][4], va2[4][4];
+    lean_vn<kLdX>(vt, va, va2, Uh, vec, cw);
+    if (!kOut && vn)
+        lean_store_t(stg, vt, nc, vn, vnstride);
+    if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
+        float ot[8][4] = {};
+        strip_nk<8>(ot, sa, Qh, kLdH);
+        scale_cols(ot, vec + kC);
+        strip_nk<4>(ot, va, Ah, kLdH64);
+        lean_store_t(stg, ot, nc, o, ostride);
+    }
+    /* S^T = e^{G_l} S^T + (F . Vn^T) K */
+    scale_all(s, vec[2 * kC]);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int np = 0; np < 8; np++) {
+            uint32_t bk[4];
+            frag_b_kn(bk, Kh, kLdH, 16 * np, 16 * kk);
+            mma2(s[2 * np], s[2 * np + 1], va2[kk], bk);
+        }
+}
+
+/* The wgmma form of lean_chunk (kGdnMmaBf16Wg): the four warps of the walk are one
+ * warpgroup, so S^T W^T and S^T Q^T are m64n64k16 products with S^T (BF16, registers) as A
+ * and W, Q (swizzled, K-major) from shared memory, Vn^T A^T the same with A, and the state
+ * update an m64n128k16 product with K as B through the transpose bit; the accumulators have
+ * the per-warp layout of the mma.sync strips, so the element-wise steps are lean_chunk's.
+ * Only the accumulation order inside the tensor-core products differs. */
+#if QC_WGMMA
+/* d[8][4] (m64n64, FP32) += A (registers) B (descriptor, K-major), bf16; scale_d 0: d = A B. */
+__device__ __forceinline__ void wg_rs_n64k(float (*d)[4], const uint32_t (&a)[4], uint64_t db,
+                                           int scale_d)
+{
+#ifdef QC_EMU
+    emu::wg_rs_k<__nv_bfloat16, 64>(d, a, db, scale_d);
+#else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+                   "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+                   "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+                   "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+                   "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+                   "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+#endif
+}
+/* The descriptor of k step kk (16 columns) of a swizzled [64][128] tile, K-major. */
+__device__ __forceinline__ uint64_t wg_kdesc(const bf16 *t, int kk)
+{
+    return fl::wg::desc(t + (kk >> 2) * (64 * 64) + (kk & 3) * 16, 16, 1024);
+}
+#endif
+
+template <bool kOut, int kLdX>
+__device__ __forceinline__ void
+wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
+         const bf16 *Qh, const bf16 *Uh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
+         int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
+{
+#if QC_WGMMA
+    namespace wg = fl::wg;
+    /* S^T W^T, then Vn^T; o^T (no initial values: the first k step has scale-d 0) */
+    float vt[8][4], ot[8][4];
+    wg::keep<8>(const_cast<uint32_t(*)[4]>(sa)); /* S^T's fragments are written before the fence */
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wg_rs_n64k(vt, sa[kk], wg_kdesc(Wh, kk), kk > 0);
+    wg::wg_commit();
+    if (kOut) {
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+            wg_rs_n64k(ot, sa[kk], wg_kdesc(Qh, kk), kk > 0);
+        wg::wg_commit();
+        wg::wg_wait<1>(); /* S^T W^T is done; S^T Q^T may still run */
+    } else {
+        wg::wg_wait<0>();
+    }
+    wg::keep<8>(vt);
+    uint32_t va[4][4], va2[4][4];
+    lean_vn<kLdX>(vt, va, va2, Uh, vec, cw);
+    if (!kOut && vn)
+        lean_store_t(stg, vt, nc, vn, vnstride);
+    if (kOut) {
+        wg::wg_wait<0>();
+        wg::keep<8>(ot);
+        scale_cols(ot, vec + kC);
+    }
+    scale_all(s, vec[2 * kC]);
+    /* the accumulators and A fragments are written before the fence */
+    wg::keep<16>(s);
+    wg::keep<4>(va2);
+    if (kOut) {
+        wg::keep<8>(ot);
+        wg::keep<4>(va);
+    }
+    wg::wg_fence();
+    if (kOut) { /* o^T += Vn^T A^T: A [64 i][64 j] is B[k = j][n = i], K-major, one panel */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wg_rs_n64k(ot, va[kk], wg::desc(Ah + kk * 16, 16, 1024), 1);
+    }
+    /* S^T += (F . Vn^T) K: K [64 tokens][128 dk] is B[k][n], n contiguous (transposed) */
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        wg::mma_rs<bf16, 128>(s, va2[kk], wg::desc(Kh + kk * 16 * 64, 64 * 128, 1024), 1);
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::keep<16>(s);
+    if (kOut) {
+        wg::keep<8>(ot);
+        lean_store_t(stg, ot, nc, o, ostride);
+    }
+#else
+    (void)s, (void)sa, (void)Wh, (void)Kh, (void)Qh, (void)Uh, (void)Ah, (void)vec, (void)stg;
+    (void)cw, (void)nc, (void)o, (void)ostride, (void)vn, (void)vnstride;
+    __trap();
+#endif
+}
+
+/* The forward walk (kOut: o, from Q and A too) or the backward's state pass (!kOut: the BF16
+ * state before each chunk into hs, Vn over U through vn), the lean way. Per chunk and warp:
+ * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
+ * every product rounded to BF16 as an operand, FP32 accumulation. kWg (sm_90a): the products
+ * on wgmma (wg_chunk), each group of four warps one warpgroup of 64 columns, reading W, K, Q
+ * and A from swizzled tiles once a warpgroup instead of once a warp; the same steps. */
+template <bool kOut, int kW, bool kWg = false>
+__global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
+    state_lean_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
+                      const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
+                      float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
+{
+    typedef lean_layout<kOut, kW, kWg> L;
+    constexpr int NT = 32 * kW;
+    QC_LEAN_SMEM(smlean);
+    unsigned char *smb = L::base(smlean);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
+    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
+    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
+    int64_t cv = vb * L::kCols, nch = (len + kC - 1) / kC;
+    int cw = 16 * warp; /* the warp's columns in the block's */
+    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
+    bf16 *stg = L::stg(smb, warp);
+    float *vec = L::vec(smb, warp);
+    auto fetch = [&](int64_t c, int b) {
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        lean_rows<NT, 16>(L::lay_q(), L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        lean_rows<NT, 16>(L::lay_q(), L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        if (kOut) {
+            lean_rows<NT, 16>(L::lay_q(), L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+            lean_rows<NT, 8>(L::lay_a(), L::A(smb, b), nc, A + row0 * kC, kC);
+        }
+        lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
+        if (warp == 0)
+            for (int i = lane; i < kC; i += 32)
+                cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
+                          i < nc);
+    };
+    /* s[nt][e]: S^T at value column cv + cw + acc_row(e), dk acc_col(nt, e) */
+    float s[16][4];
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[nt][e] =
+                h0 ? h0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)]
+                   : 0.0f;
+    if (nch > 0)
+        fetch(0, 0);
+    cp_commit();
+    for (int64_t c = 0; c < nch; c++) {
+        int b = static_cast<int>(c & 1);
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        __syncthreads(); /* every warp is done with stage b ^ 1 */
+        if (c + 1 < nch)
+            fetch(c + 1, b ^ 1);
+        cp_commit();
+        uint32_t sa[8][4]; /* S^T in BF16, the A operand */
+        acc_to_a<8>(sa, s);
+        if (!kOut && hs) /* the backward: the BF16 state before chunk c */
+            lean_store_state(
+                stg, s,
+                hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv +
+                    cw);
+        cp_wait<1>();
+        if constexpr (kWg) /* this thread's copies -> the wgmma of every warp (async proxy) */
+            fence_async();
+        __syncthreads(); /* stage b is visible */
+        lean_gates(L::graw(smb, b), vec, p.scale);
+        bf16 *od = kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr;
+        bf16 *vd = !kOut && vn ? vn + row0 * p.dv + cv + cw : nullptr;
+        if constexpr (kWg) /* each warpgroup: its 64 of the block's columns */
+            wg_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
+                                    L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv, vd, p.dv);
+        else
+            lean_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b),
+                                      L::X(smb, b), L::A(smb, b), vec, stg, cw, nc, od,
+                                      p.hv * p.dv, vd, p.dv);
+    }
+    cp_wait<0>();
+    if (ht)
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ht[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
+                    s[nt][e];
+}
+
+
+/* The wgmma form of dstate_lean_kernel's products (kWg; the four warps of a group one
+ * warpgroup, accumulators and register operands in the mma.sync strips' layout, so the steps
+ * between the products are the same): dVn^T = (dS'^T K^T) . F + dO^T A, with dO^T (oa) read
+ * from shared memory as the A operand; K [64 tokens][128 dk] and A [64][64] swizzled. */
+template <int kLdX>
+__device__ __forceinline__ void wg_dvn(float (&dt)[8][4], const uint32_t (&da)[8][4],
+                                       uint32_t (&oa)[4][4], const bf16 *Kh, const bf16 *dOh,
+                                       const bf16 *Ah, const float *vec, int cw)
+{
+#if QC_WGMMA
+    namespace wg = fl::wg;
+    wg::keep<8>(const_cast<uint32_t(*)[4]>(da));
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) /* K is B[k = dk][n = token], K-major */
+        wg_rs_n64k(dt, da[kk], wg_kdesc(Kh, kk), kk > 0);
+    wg::wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        frag_a_km(oa[kk], dOh, kLdX, cw, 16 * kk);
+    wg::wg_wait<0>();
+    wg::keep<8>(dt);
+    scale_cols(dt, vec);
+    wg::keep<8>(dt);
+    wg::keep<4>(oa);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) /* A [64 j][64 i] is B[k = j][n = i], n contiguous */
+        wg::mma_rs<bf16, 64>(dt, oa[kk], wg::desc(Ah + kk * 16 * 64, 64 * 128, 1024), 1);
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::keep<8>(dt);
+#else
+    (void)dt, (void)da, (void)oa, (void)Kh, (void)dOh, (void)Ah, (void)vec, (void)cw;
+    __trap();
+#endif
+}
+/* d += (scale e^G . dO^T) Q - dVn^T W, k step by k step in mma.sync's order (Q, then W). */
+__device__ __forceinline__ void wg_dstate_update(float (&d)[16][4], uint32_t (&oa)[4][4],
+                                                 uint32_t (&na)[4][4], const bf16 *Qh,
+                                                 const bf16 *Wh)
+{
+#if QC_WGMMA
+    namespace wg = fl::wg;
+    wg::keep<16>(d);
+    wg::keep<4>(oa);
+    wg::keep<4>(na);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) { /* Q, W [64 tokens][128 dk] are B[k][n], n contiguous */
+        wg::mma_rs<bf16, 128>(d, oa[kk], wg::desc(Qh + kk * 16 * 64, 64 * 128, 1024), 1);
+        wg::mma_rs<bf16, 128>(d, na[kk], wg::desc(Wh + kk * 16 * 64, 64 * 128, 1024), 1);
+    }
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::keep<16>(d);
+#else
+    (void)d, (void)oa, (void)na, (void)Qh, (void)Wh;
+    __trap();
+#endif
+}
+
+/* The backward's reverse walk, the lean way: dS^T ([16 value columns][128 dk] a warp) in the
+ * accumulators. Per chunk, from the last: dS' (BF16) into dhs, dVn^T = (dS'^T K^T) . F + dO^T A
+ * (BF16 into dVn), dS^T = e^{G_l} dS'^T + (dO^T . scale e^G) Q - dVn^T W; the last dS is dh0.
+ * Every product rounded to BF16 as an operand, FP32 accumulation. kWg (sm_90a): the products
+ * on wgmma (wg_dvn, wg_dstate_update), as in state_lean_kernel. */
+template <int kW, bool kWg = false>
+__global__ void __launch_bounds__(32 * kW, 1)
+    dstate_lean_kernel(gdn_chunk_problem p, const int32_t *chunk0, int64_t nchunks, const bf16 *q,
+                       const bf16 *k, const bf16 *dout, const float *gate, const bf16 *W,
+                       const bf16 *A, const float *dht, bf16 *dhs, bf16 *dVn, float *dh0)
+{
+    typedef lean_layout<true, kW, kWg> L;
+    constexpr int NT = 32 * kW;
+    QC_LEAN_SMEM(smlean);
+    unsigned char *smb = L::base(smlean);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int64_t vb = blockIdx.x, hvi = blockIdx.y, n = blockIdx.z, hq = hvi / (p.hv / p.h);
+    int64_t start = p.cu ? p.cu[n] : n * p.seq_t;
+    int64_t len = p.cu ? static_cast<int64_t>(p.cu[n + 1]) - p.cu[n] : p.seq_t;
+    int64_t cv = vb * L::kCols, nch = (len + kC - 1) / kC;
+    int cw = 16 * warp;
+    size_t sbase = (static_cast<size_t>(n) * p.hv + hvi) * kMaxD * p.dv;
+    bf16 *stg = L::stg(smb, warp);
+    float *vec = L::vec(smb, warp);
+    auto fetch = [&](int64_t c, int b) {
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        lean_rows<NT, 16>(L::lay_q(), L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        lean_rows<NT, 16>(L::lay_q(), L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT, 16>(L::lay_q(), L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+        lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc,
+                      dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
+        lean_rows<NT, 8>(L::lay_a(), L::A(smb, b), nc, A + row0 * kC, kC);
+        if (warp == 0)
+            for (int i = lane; i < kC; i += 32)
+                cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
+                          i < nc);
+    };
+    /* d[nt][e]: dS^T at value column cv + cw + acc_row(e), dk acc_col(nt, e) */
+    float d[16][4];
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            d[nt][e] =
+                dht ? dht[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)]
+                    : 0.0f;
+    if (nch > 0)
+        fetch(nch - 1, 0);
+    cp_commit();
+    for (int64_t it = 0; it < nch; it++) {
+        int64_t c = nch - 1 - it;
+        int b = static_cast<int>(it & 1);
+        int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
+        size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+        __syncthreads();
+        if (c > 0)
+            fetch(c - 1, b ^ 1);
+        cp_commit();
+        uint32_t da[8][4]; /* dS'^T in BF16, the A operand */
+        acc_to_a<8>(da, d);
+        lean_store_state(
+            stg, d,
+            dhs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv + cw);
+        cp_wait<1>();
+        if constexpr (kWg) /* this thread's copies -> the wgmma of every warp (async proxy) */
+            fence_async();
+        __syncthreads();
+        lean_gates(L::graw(smb, b), vec, p.scale);
+        const bf16 *Wh = L::W(smb, b), *Kh = L::K(smb, b), *Qh = L::Q(smb, b);
+        const bf16 *dOh = L::X(smb, b), *Ah = L::A(smb, b);
+        float dt[8][4] = {}; /* dVn^T: value column acc_row(e), token acc_col */
+        uint32_t oa[4][4];   /* dO^T (then scale e^G . dO^T), the A operand */
+        if constexpr (kWg)
+            wg_dvn<L::kLdX>(dt, da, oa, Kh, dOh, Ah, vec, cw);
+        else {
+            strip_nk<8>(dt, da, Kh, kLdH);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    dt[nt][e] = __fmul_rn(dt[nt][e], vec[acc_col(nt, e)]);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                frag_a_km(oa[kk], dOh, L::kLdX, cw, 16 * kk);
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    uint32_t ba[4];
+                    frag_b_kn(ba, Ah, kLdH64, 16 * np, 16 * kk);
+                    mma2(dt[2 * np], dt[2 * np + 1], oa[kk], ba);
+                }
+            }
+        }
+        lean_store_t(stg, dt, nc, dVn + row0 * p.dv + cv + cw, p.dv);
+        uint32_t na[4][4]; /* -dVn^T, the A operand */
+        {
+            float ndt[8][4];
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ndt[nt][e] = -dt[nt][e];
+            acc_to_a<4>(na, ndt);
+        }
+        int t2 = 2 * (lane & 3);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) { /* registers 2, 3: tokens + 8 */
+                float es0 = vec[kC + 16 * kk + t2 + (r >= 2 ? 8 : 0)];
+                float es1 = vec[kC + 16 * kk + t2 + 1 + (r >= 2 ? 8 : 0)];
+                __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162 *>(&oa[kk][r]);
+                float2 f = __bfloat1622float2(h);
+                oa[kk][r] = pack_bf16(__fmul_rn(f.x, es0), __fmul_rn(f.y, es1));
+            }
+        float al = vec[2 * kC];
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                d[nt][e] = __fmul_rn(d[nt][e], al);
+        if constexpr (kWg)
+            wg_dstate_update(d, oa, na, Qh, Wh);
+        else
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int np = 0; np < 8; np++) {
+                    uint32_t bq[4], bw[4];
+                    frag_b_kn(bq, Qh, kLdH, 16 * np, 16 * kk);
+                    frag_b_kn(bw, Wh, kLdH, 16 * np, 16 * kk);
+                    mma2(d[2 * np], d[2 * np + 1], oa[kk], bq);
+                    mma2(d[2 * np], d[2 * np + 1], na[kk], bw);
+                }
+    }
+    cp_wait<0>();
+    if (dh0)
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dh0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
+                    d[nt][e];
+}
+
+} // namespace
+} // namespace qc
+
+#endif

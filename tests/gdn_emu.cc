@@ -1,0 +1,300 @@
+/* gdn_emu.cc: the lean serial kernels of the BF16-staged chunked GDN (cuda/qc_gdn_lean.cuh:
+ * state_lean_kernel, forward and the backward's state pass, and dstate_lean_kernel) run on the
+ * CPU through cuda/emu/qc_emu.h, on mma.sync and on wgmma, with 4 and 8 warps a block, against
+ * a direct evaluation of the walks they compute (docs/gdn.md, "On the GPU") in double
+ * precision with the kernels' BF16 roundings of the operands (the state, Vn, F . Vn, the state
+ * gradient, dVn, scale e^G . dO) and of the outputs. Two sequences of 150 and 70 tokens (the
+ * second starts inside a chunk of the first's workspace rows, both end inside a chunk), two
+ * value heads on one q/k head, an initial state and a dht. The workspace inputs (W, U, A) and
+ * the gates are random: the walks are functions of them whatever produced them. This checks
+ * the kernels' logic (indices, the tiles' layouts and swizzle, fragments, wgmma descriptors,
+ * the cp.async stages, barriers and proxy fences, as PTX defines them: a hazard fails the
+ * launch) where there is no GPU; on a GPU gdn_bench checks the whole path against the
+ * reference. Prints "ok N - ..." or "FAIL N - ..." with the relative RMS error of each output
+ * (the bound is 1e-3: the sums inside the products run in another order than here, which
+ * moves an operand's BF16 rounding now and then); exits 0 when every case passes. */
+#define QC_EMU 1
+#include "qc_gdn_lean.cuh"
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace
+{
+
+using qc::emu::uint3e;
+typedef __nv_bfloat16 bf16;
+
+constexpr int D = 128, C = 64, HV = 2, H = 1;
+const int32_t kCu[3] = {0, 150, 220};
+constexpr int NSEQ = 2, T = 220;
+const int32_t kChunk0[3] = {0, 3, 5};
+constexpr int NCH = 5;
+
+double bfr(double x) /* the BF16 rounding of x (through FP32, as the kernels round) */
+{
+    return static_cast<float>(bf16(static_cast<float>(x)));
+}
+
+uint64_t g_state = 0x9E3779B97F4A7C15ull;
+double uni() /* in [-1, 1) */
+{
+    g_state = g_state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(g_state >> 11) / 4503599627370496.0 - 1.0;
+}
+std::vector<bf16> rand_bf16(size_t n, double a)
+{
+    std::vector<bf16> v(n);
+    for (auto &x : v)
+        x = bf16(static_cast<float>(a * uni()));
+    return v;
+}
+std::vector<float> rand_f32(size_t n, double a, double b)
+{
+    std::vector<float> v(n);
+    for (auto &x : v)
+        x = static_cast<float>(a + b * uni());
+    return v;
+}
+
+double rrms(const std::vector<double> &got, const std::vector<double> &ref)
+{
+    double e = 0, r = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double d = got[i] - ref[i];
+        e += std::isfinite(got[i]) ? d * d : 1e300;
+        r += ref[i] * ref[i];
+    }
+    return std::sqrt(e / (r > 0 ? r : 1));
+}
+template <typename V> std::vector<double> wide(const V &v)
+{
+    return std::vector<double>(v.begin(), v.end());
+}
+
+struct inputs {
+    std::vector<bf16> q, k, W, U, A, dout;
+    std::vector<float> g, h0, dht;
+    float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    inputs()
+    {
+        q = rand_bf16(static_cast<size_t>(T) * H * D, 0.1);
+        k = rand_bf16(static_cast<size_t>(T) * H * D, 0.1);
+        W = rand_bf16(static_cast<size_t>(HV) * T * D, 0.1);
+        U = rand_bf16(static_cast<size_t>(HV) * T * D, 1.0);
+        A = rand_bf16(static_cast<size_t>(HV) * T * C, 0.05);
+        dout = rand_bf16(static_cast<size_t>(T) * HV * D, 1.0);
+        g = rand_f32(static_cast<size_t>(T) * HV, -0.05, 0.04); /* log decays in (-0.09, -0.01) */
+        h0 = rand_f32(static_cast<size_t>(NSEQ) * HV * D * D, 0.0, 0.5);
+        dht = rand_f32(static_cast<size_t>(NSEQ) * HV * D * D, 0.0, 0.5);
+    }
+};
+
+/* The gate vectors of a chunk of nc tokens from tok0 (value head hv): F, scale e^G, e^{G_l}. */
+void gates(const inputs &in, int tok0, int nc, int hv, double *F, double *E, double *egl)
+{
+    float G[C], acc = 0.0f;
+    for (int i = 0; i < C; i++) {
+        acc = acc + (i < nc ? in.g[static_cast<size_t>(tok0 + i) * HV + hv] : 0.0f);
+        G[i] = acc;
+    }
+    for (int i = 0; i < C; i++) {
+        F[i] = static_cast<float>(std::exp(G[C - 1] - G[i]));
+        E[i] = static_cast<float>(in.scale * std::exp(G[i]));
+    }
+    *egl = static_cast<float>(std::exp(G[C - 1]));
+}
+
+struct walk_ref {
+    std::vector<double> o, ht, hs, vn, dhs, dvn, dh0;
+};
+
+/* The forward walk and the backward's two walks, sequence by sequence, value head by value
+ * head, as docs/gdn.md states them (state S [dk][dv]). */
+walk_ref reference(const inputs &in)
+{
+    walk_ref r;
+    r.o.assign(static_cast<size_t>(T) * HV * D, 0);
+    r.ht.assign(static_cast<size_t>(NSEQ) * HV * D * D, 0);
+    r.hs.assign(static_cast<size_t>(HV) * NCH * D * D, 0);
+    r.vn.assign(static_cast<size_t>(HV) * T * D, 0);
+    r.dhs = r.hs;
+    r.dvn = r.vn;
+    r.dh0 = r.ht;
+    auto at = [](const std::vector<bf16> &v, size_t i) { return static_cast<double>(v[i]); };
+    std::vector<double> S(D * D), Sb(D * D), Vn(C * D), vb(C * D), v2(C * D);
+    double F[C], E[C], egl;
+    for (int n = 0; n < NSEQ; n++)
+        for (int hv = 0; hv < HV; hv++) {
+            size_t sb = (static_cast<size_t>(n) * HV + hv) * D * D;
+            int len = kCu[n + 1] - kCu[n], nch = (len + C - 1) / C;
+            for (int e = 0; e < D * D; e++)
+                S[e] = in.h0[sb + e];
+            for (int c = 0; c < nch; c++) {
+                int tok0 = kCu[n] + c * C, nc = len - c * C < C ? len - c * C : C;
+                size_t row0 = static_cast<size_t>(hv) * T + tok0;
+                gates(in, tok0, nc, hv, F, E, &egl);
+                for (int e = 0; e < D * D; e++) {
+                    Sb[e] = bfr(S[e]);
+                    r.hs[(static_cast<size_t>(hv) * NCH + kChunk0[n] + c) * D * D + e] = Sb[e];
+                }
+                for (int i = 0; i < nc; i++)
+                    for (int v = 0; v < D; v++) {
+                        double ws = 0;
+                        for (int d = 0; d < D; d++)
+                            ws += at(in.W, (row0 + i) * D + d) * Sb[d * D + v];
+                        double x = static_cast<float>(at(in.U, (row0 + i) * D + v) - ws);
+                        Vn[i * D + v] = x;
+                        vb[i * D + v] = bfr(x);
+                        v2[i * D + v] = bfr(static_cast<float>(x * F[i]));
+                        r.vn[(row0 + i) * D + v] = bfr(x);
+                    }
+                for (int i = 0; i < nc; i++)
+                    for (int v = 0; v < D; v++) {
+                        double qs = 0, av = 0;
+                        for (int d = 0; d < D; d++)
+                            qs += at(in.q, static_cast<size_t>(tok0 + i) * H * D + d) * Sb[d * D + v];
+                        for (int j = 0; j < nc; j++)
+                            av += at(in.A, (row0 + i) * C + j) * vb[j * D + v];
+                        r.o[(static_cast<size_t>(tok0 + i) * HV + hv) * D + v] =
+                            bfr(static_cast<float>(qs * E[i]) + av);
+                    }
+                for (int d = 0; d < D; d++)
+                    for (int v = 0; v < D; v++) {
+                        double kv = 0;
+                        for (int i = 0; i < nc; i++)
+                            kv += at(in.k, static_cast<size_t>(tok0 + i) * H * D + d) * v2[i * D + v];
+                        S[d * D + v] = static_cast<float>(egl * S[d * D + v]) + kv;
+                    }
+            }
+            for (int e = 0; e < D * D; e++)
+                r.ht[sb + e] = S[e];
+            /* the reverse walk: dS (the gradient of the state after the chunk) */
+            std::vector<double> dS(in.dht.begin() + static_cast<std::ptrdiff_t>(sb),
+                                   in.dht.begin() + static_cast<std::ptrdiff_t>(sb + D * D)),
+                dSb(D * D), dt(C * D), na(C * D), oa(C * D);
+            for (int c = nch - 1; c >= 0; c--) {
+                int tok0 = kCu[n] + c * C, nc = len - c * C < C ? len - c * C : C;
+                size_t row0 = static_cast<size_t>(hv) * T + tok0;
+                gates(in, tok0, nc, hv, F, E, &egl);
+                for (int e = 0; e < D * D; e++) {
+                    dSb[e] = bfr(dS[e]);
+                    r.dhs[(static_cast<size_t>(hv) * NCH + kChunk0[n] + c) * D * D + e] = dSb[e];
+                }
+                for (int i = 0; i < C; i++)
+                    for (int v = 0; v < D; v++) {
+                        double kd = 0, oa_ = 0;
+                        if (i < nc)
+                            for (int d = 0; d < D; d++)
+                                kd += at(in.k, static_cast<size_t>(tok0 + i) * H * D + d) * dSb[d * D + v];
+                        for (int j = 0; j < nc; j++)
+                            oa_ += at(in.dout, (static_cast<size_t>(tok0 + j) * HV + hv) * D + v) *
+                                   at(in.A, (row0 + j) * C + i);
+                        double x = static_cast<float>(kd) * F[i] + oa_;
+                        dt[i * D + v] = bfr(x);
+                        na[i * D + v] = bfr(-x);
+                        if (i < nc)
+                            r.dvn[(row0 + i) * D + v] = bfr(x);
+                        oa[i * D + v] =
+                            i < nc ? bfr(static_cast<float>(
+                                         at(in.dout, (static_cast<size_t>(tok0 + i) * HV + hv) * D + v) *
+                                         E[i]))
+                                   : 0.0;
+                    }
+                for (int d = 0; d < D; d++)
+                    for (int v = 0; v < D; v++) {
+                        double x = 0;
+                        for (int j = 0; j < nc; j++)
+                            x += oa[j * D + v] * at(in.q, static_cast<size_t>(tok0 + j) * H * D + d) +
+                                 na[j * D + v] * at(in.W, (row0 + j) * D + d);
+                        dS[d * D + v] = static_cast<float>(egl * dS[d * D + v]) + x;
+                    }
+            }
+            for (int e = 0; e < D * D; e++)
+                r.dh0[sb + e] = dS[e];
+        }
+    return r;
+}
+
+int g_fail = 0, g_n = 0;
+
+void report(const char *what, const std::vector<std::pair<const char *, double>> &errs, bool ran)
+{
+    g_n++;
+    bool ok = ran;
+    for (auto &e : errs)
+        ok = ok && e.second <= 1e-3;
+    g_fail += ok ? 0 : 1;
+    printf("%s %d - %s:", ok ? "ok" : "FAIL", g_n, what);
+    if (!ran)
+        printf(" the launch failed (a hazard or a block that never ends)");
+    for (auto &e : errs)
+        printf(" %s %.2e", e.first, e.second);
+    printf("\n");
+    fflush(stdout);
+}
+
+template <int kW, bool kWg> void run(const inputs &in, const walk_ref &ref)
+{
+    qc::gdn_chunk_problem p{NSEQ, 0, T, H, HV, D, D, in.scale, 0, kCu};
+    constexpr int cols = 16 * kW;
+    const uint3e grid{static_cast<unsigned>(D / cols), HV, NSEQ}, block{32u * kW, 1, 1};
+    char name[96];
+    /* the forward: o and the final state */
+    {
+        std::vector<bf16> o(static_cast<size_t>(T) * HV * D, bf16(0.0f));
+        std::vector<float> ht(ref.ht.size(), 0.0f);
+        bool ran = qc::emu::launch(grid, block, qc::state_lean_kernel<true, kW, kWg>, p,
+                                   in.q.data(), in.k.data(), in.g.data(), in.W.data(),
+                                   in.U.data(), in.A.data(), in.h0.data(), o.data(), ht.data(),
+                                   static_cast<const int32_t *>(nullptr), int64_t{0},
+                                   static_cast<bf16 *>(nullptr), static_cast<bf16 *>(nullptr));
+        snprintf(name, sizeof name, "state_lean_kernel, forward, %d warps, %s", kW,
+                 kWg ? "wgmma" : "mma.sync");
+        report(name, {{"o", rrms(wide(o), ref.o)}, {"ht", rrms(wide(ht), ref.ht)}}, ran);
+    }
+    /* the backward's state pass: the states before each chunk, Vn over U */
+    {
+        std::vector<bf16> hs(ref.hs.size(), bf16(0.0f)), vn = in.U;
+        bool ran = qc::emu::launch(grid, block, qc::state_lean_kernel<false, kW, kWg>, p,
+                                   static_cast<const bf16 *>(nullptr), in.k.data(), in.g.data(),
+                                   in.W.data(), vn.data(), static_cast<const bf16 *>(nullptr),
+                                   in.h0.data(), static_cast<bf16 *>(nullptr),
+                                   static_cast<float *>(nullptr), kChunk0, int64_t{NCH}, hs.data(),
+                                   vn.data());
+        snprintf(name, sizeof name, "state_lean_kernel, state pass, %d warps, %s", kW,
+                 kWg ? "wgmma" : "mma.sync");
+        report(name, {{"hs", rrms(wide(hs), ref.hs)}, {"vn", rrms(wide(vn), ref.vn)}}, ran);
+    }
+    /* the reverse walk: the state gradients, dVn, dh0 */
+    {
+        std::vector<bf16> dhs(ref.dhs.size(), bf16(0.0f)), dvn(ref.dvn.size(), bf16(0.0f));
+        std::vector<float> dh0(ref.dh0.size(), 0.0f);
+        bool ran = qc::emu::launch(grid, block, qc::dstate_lean_kernel<kW, kWg>, p, kChunk0,
+                                   int64_t{NCH}, in.q.data(), in.k.data(), in.dout.data(),
+                                   in.g.data(), in.W.data(), in.A.data(), in.dht.data(),
+                                   dhs.data(), dvn.data(), dh0.data());
+        snprintf(name, sizeof name, "dstate_lean_kernel, %d warps, %s", kW,
+                 kWg ? "wgmma" : "mma.sync");
+        report(name,
+               {{"dhs", rrms(wide(dhs), ref.dhs)},
+                {"dVn", rrms(wide(dvn), ref.dvn)},
+                {"dh0", rrms(wide(dh0), ref.dh0)}},
+               ran);
+    }
+}
+
+} // namespace
+
+int main()
+{
+    inputs in;
+    walk_ref ref = reference(in);
+    run<4, false>(in, ref);
+    run<4, true>(in, ref);
+    run<8, false>(in, ref);
+    run<8, true>(in, ref);
+    printf("gdn_emu: %d of %d passed\n", g_n - g_fail, g_n);
+    return g_fail ? 1 : 0;
+}
