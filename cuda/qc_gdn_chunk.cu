@@ -35,6 +35,7 @@ namespace qc
 int gdn_lean_warps = 0;
 int gdn_wy_tiles = 0;
 int gdn_lean_wg = 0;
+int gdn_wy_wide = 0;
 
 namespace
 {
@@ -503,8 +504,7 @@ __device__ __forceinline__ void tile_rows(bool r64, int ldt, bf16 *t, int64_t nc
 
 /* wy_fast_kernel's products, one warp's share (also the fused forward's). wy_la: rows 16 mt ..
  * 16 mt + 15 and columns n0 .. n0 + 31 of L = (beta K K^T . Gamma) strictly below the diagonal
- * (into Lf, FP32) and of A = scale Q K^T . Gamma, each pair of A given to put(i, j, a_j,
- * a_{j+1}). */
+ * (into Lf, FP32) and of A = scale Q K^T . Gamma, A given to put (put_strip). */
 template <class Put, class Lay = pad_layout>
 __device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16 *Qh,
                                       const float *G, const float *Bt, float *Lf, float scale,
@@ -525,22 +525,17 @@ __device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16
 #pragma unroll
     for (int n = 0; n < 4; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e += 2) {
+        for (int e = 0; e < 4; e++) { /* cqk becomes A */
             int i = 16 * mt + acc_row(e), j = n0 + acc_col(n, e);
-            float a2[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float gam = i >= j + h ? expf(__fsub_rn(G[i], G[j + h])) : 0.0f;
-                Lf[i * kLdC + j + h] =
-                    i > j + h ? __fmul_rn(__fmul_rn(Bt[i], ckk[n][e + h]), gam) : 0.0f;
-                a2[h] = __fmul_rn(__fmul_rn(scale, cqk[n][e + h]), gam);
-            }
-            put(i, j, a2[0], a2[1]);
+            float gam = i >= j ? expf(__fsub_rn(G[i], G[j])) : 0.0f;
+            Lf[i * kLdC + j] = i > j ? __fmul_rn(__fmul_rn(Bt[i], ckk[n][e]), gam) : 0.0f;
+            cqk[n][e] = __fmul_rn(__fmul_rn(scale, cqk[n][e]), gam);
         }
+    put_strip(16 * mt, n0, cqk, put);
 }
 
 /* Rows 16 mt .. 16 mt + 15 and columns n0 .. n0 + 63 of Ta [64][kLdH64] times B (64 deep, in
- * layout yb: pad_layout or swz_layout), each pair given to put(i, d, x_d, x_{d+1}). */
+ * layout yb: pad_layout or swz_layout), given to put (put_strip). */
 template <class Put, class Lay>
 __device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf16 *Bs, Lay yb,
                                        Put put)
@@ -556,11 +551,7 @@ __device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf1
             mma2(c[2 * np], c[2 * np + 1], a, b);
         }
     }
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2)
-            put(16 * mt + acc_row(e), n0 + acc_col(n, e), c[n][e], c[n][e + 1]);
+    put_strip(16 * mt, n0, c, put);
 }
 
 /* Tw = T diag(beta e^G) and Tu = T diag(beta) (BF16, [64][kLdH64]) from T (FP32, Tf) by NT
@@ -594,7 +585,7 @@ constexpr size_t wy_smem(bool late_v)
 {
     return wy_tiles(late_v) * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float);
 }
-template <bool kLateV>
+template <bool kLateV, bool kWide>
 __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
     wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
                    const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
@@ -631,11 +622,23 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
     }
     cp_wait<0>();
     __syncthreads();
-    wy_la(warp >> 1, (warp & 1) * 32, Kh, Qh, G, Bt, Lf, p.scale,
-          [&](int i, int j, float a0, float a1) {
-              if (i < nc)
-                  st_pair(A + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, a0, a1);
-          });
+    /* A, W and U leave as BF16 pairs, or (kWide) as 16-byte pieces of a row */
+    auto out = [&](bf16 *dst, int ld) {
+        auto pair = [=](int i, int j, float x0, float x1) {
+            if (i < nc)
+                st_pair(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * ld + j, x0, x1);
+        };
+        auto row8 = [=](int i, int j, uint4 x) {
+            if (i < nc)
+                *reinterpret_cast<uint4 *>(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) *
+                                                     ld + j) = x;
+        };
+        if constexpr (kWide)
+            return wide(row8);
+        else
+            return pair;
+    };
+    wy_la(warp >> 1, (warp & 1) * 32, Kh, Qh, G, Bt, Lf, p.scale, out(A, kC));
     __syncthreads();
     solve_t(Lf, Tf, Pf);
     wy_scale_t<kThreads>(Tf, G, Bt, Tw, Tu, tid, [&](int i, int j, float t0, float t1) {
@@ -652,26 +655,23 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
             cp_wait<0>();
             __syncthreads();
         }
-        bf16 *dst = pass ? U : W;
         wy_mul(warp >> 1, (warp & 1) * 64, pass ? Tu : Tw, pass ? Vh : Kh, pad_layout{kLdH},
-               [&](int i, int d, float x0, float x1) {
-                   if (i < nc)
-                       st_pair(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kMaxD + d,
-                               x0, x1);
-               });
+               out(pass ? U : W, kMaxD));
     }
 }
 
-/* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5) and its shared memory. */
+/* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide) and its
+ * shared memory. */
 struct wy_pick {
-    decltype(&wy_fast_kernel<true>) fn;
+    decltype(&wy_fast_kernel<true, false>) fn;
     size_t smem;
 };
 wy_pick wy_fast_pick()
 {
-    if (gdn_wy_tiles == wy_tiles(false))
-        return {wy_fast_kernel<false>, wy_smem(false)};
-    return {wy_fast_kernel<true>, wy_smem(true)};
+    bool late = gdn_wy_tiles != wy_tiles(false);
+    if (gdn_wy_wide)
+        return {late ? wy_fast_kernel<true, true> : wy_fast_kernel<false, true>, wy_smem(late)};
+    return {late ? wy_fast_kernel<true, false> : wy_fast_kernel<false, false>, wy_smem(late)};
 }
 
 /* The fused forward (kGdnMmaBf16Fused): wy_fast_kernel and state_lean_kernel<true, 4> in one

@@ -78,6 +78,10 @@ extern int gdn_lean_warps;
  * pass, and dstate_lean_kernel): 0 (the default) mma.sync on every device; otherwise wgmma
  * where the sm_90a kernels run. */
 extern int gdn_lean_wg;
+/* wy_fast_kernel's stores of W, U and A: 0 (the default) BF16 pairs, 4 bytes a thread an
+ * instruction; otherwise rows of eight columns, 16 bytes (the pairs exchanged within each quad
+ * of lanes first). The same bytes either way. */
+extern int gdn_wy_wide;
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
 extern int gdn_wy_tiles;

@@ -163,9 +163,69 @@ __device__ __forceinline__ void mma2(float (&c0)[4], float (&c1)[4], const uint3
     mma_bf16(c1, a, b[2], b[3]);
 }
 
+/* The BF16 pairs w[j] (columns 2t, 2t + 1 of 8-column tile j, lane 4g + t) of one row of
+ * four tiles, exchanged within each quad of lanes: lane t gets tile t's eight columns (the
+ * pairs of lanes 0..3), 16 bytes in column order. Two butterfly rounds of two shuffles. */
+__device__ __forceinline__ uint4 quad_transpose(const uint32_t (&w)[4])
+{
+    const bool b0 = threadIdx.x & 1, b1 = threadIdx.x & 2;
+    uint32_t x[4], y[4];
+#pragma unroll
+    for (int k = 0; k < 2; k++) { /* x[2k + c] = lane (t & 2 | c)'s w[2k + (t & 1)] */
+        uint32_t r = __shfl_xor_sync(0xffffffffu, b0 ? w[2 * k] : w[2 * k + 1], 1);
+        x[2 * k] = b0 ? r : w[2 * k];
+        x[2 * k + 1] = b0 ? w[2 * k + 1] : r;
+    }
+#pragma unroll
+    for (int c = 0; c < 2; c++) { /* y[s] = lane s's w[t] */
+        uint32_t r = __shfl_xor_sync(0xffffffffu, b1 ? x[c] : x[2 + c], 2);
+        y[c] = b1 ? r : x[c];
+        y[2 + c] = b1 ? x[2 + c] : r;
+    }
+    return make_uint4(y[0], y[1], y[2], y[3]);
+}
+
 __device__ __forceinline__ void st_pair(bf16 *p, float x, float y)
 {
     *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
+}
+
+/* How a warp's products are handed over (wy_la, wy_mul of cuda/qc_gdn_chunk.cu): a plain callable takes BF16 pairs,
+ * put(i, j, x_j, x_{j+1}); a wide_put takes each row's eight columns j .. j + 7 as 16 bytes,
+ * put.f(i, j, v), after a transpose within each quad of lanes (quad_transpose), so a
+ * thread stores 16 bytes where it stored four pairs. */
+template <class F> struct wide_put {
+    F f;
+};
+template <class F> __device__ __forceinline__ wide_put<F> wide(F f)
+{
+    return {f};
+}
+/* A warp's [16][8 NT] accumulators c (rows r0 + acc_row, columns n0 + acc_col) to put. */
+template <int NT, class Put>
+__device__ __forceinline__ void put_strip(int r0, int n0, const float (&c)[NT][4], Put put)
+{
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2)
+            put(r0 + acc_row(e), n0 + acc_col(n, e), c[n][e], c[n][e + 1]);
+}
+template <int NT, class F>
+__device__ __forceinline__ void put_strip(int r0, int n0, const float (&c)[NT][4], wide_put<F> put)
+{
+    static_assert(NT % 4 == 0, "groups of four 8-column tiles");
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int q = 0; q < NT / 4; q++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t w[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                w[j] = pack_bf16(c[4 * q + j][2 * h], c[4 * q + j][2 * h + 1]);
+            put.f(r0 + g + 8 * h, n0 + 32 * q + 8 * t, quad_transpose(w));
+        }
 }
 
 #ifndef QC_EMU

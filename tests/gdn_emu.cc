@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 namespace
@@ -285,10 +286,54 @@ template <int kW, bool kWg> void run(const inputs &in, const walk_ref &ref)
     }
 }
 
+/* The BF16 value of bits 0x3F80 + x (x < 1024: 1024 distinct finite values, 1.0 upwards). */
+float code(int x)
+{
+    bf16 b;
+    b.x = static_cast<uint16_t>(0x3F80 + x);
+    return static_cast<float>(b);
+}
+
+/* put_strip's two forms on one warp: accumulators c[8][4] with distinct BF16 values, handed
+ * over as BF16 pairs and as 16-byte rows (quad_transpose), into two [16][64] arrays. */
+void strip_kernel(bf16 *pairs, bf16 *rows)
+{
+    float c[8][4];
+    for (int n = 0; n < 8; n++)
+        for (int e = 0; e < 4; e++)
+            c[n][e] = code(64 * qc::acc_row(e) + qc::acc_col(n, e));
+    qc::put_strip(0, 0, c, [&](int i, int j, float x0, float x1) {
+        qc::st_pair(pairs + i * 64 + j, x0, x1);
+    });
+    qc::put_strip(0, 0, c, qc::wide([&](int i, int j, uint4 v) {
+                      memcpy(rows + i * 64 + j, &v, 16);
+                  }));
+}
+
+void strip_check()
+{
+    std::vector<bf16> pairs(16 * 64, bf16(-1.0f)), rows(16 * 64, bf16(-1.0f));
+    bool ran = qc::emu::launch(uint3e{1, 1, 1}, uint3e{32, 1, 1}, strip_kernel, pairs.data(),
+                               rows.data());
+    int bad = 0;
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 64; j++) {
+            float want = code(64 * i + j);
+            bad += static_cast<float>(pairs[i * 64 + j]) != want;
+            bad += static_cast<float>(rows[i * 64 + j]) != want;
+        }
+    g_n++;
+    g_fail += ran && bad == 0 ? 0 : 1;
+    printf("%s %d - put_strip: pairs and 16-byte rows (quad_transpose) give each element its "
+           "place: %d of 2048 wrong\n",
+           ran && bad == 0 ? "ok" : "FAIL", g_n, bad);
+}
+
 } // namespace
 
 int main()
 {
+    strip_check();
     inputs in;
     walk_ref ref = reference(in);
     run<4, false>(in, ref);

@@ -37,7 +37,9 @@
  * (qc::gdn_lean_wg) puts the staged walks (state_lean_kernel, dstate_lean_kernel) on mma.sync
  * (the library's default) or on wgmma where the sm_90a kernels run; each staged timing is then
  * repeated with the walks on the other instructions, with the count of output bytes that
- * differ. */
+ * differ. QSPEC_GDN_WY_WIDE=0 or 1 (qc::gdn_wy_wide) makes wy_fast_kernel store W, U and A as
+ * BF16 pairs or as 16-byte rows; each staged timing is repeated with the other, and must give
+ * the same bytes. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -776,6 +778,17 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                    "tiles; bytes differing from four: o %llu, ht %llu",
                    kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m5, od, hd);
             g_fail += od || hd ? 1 : 0;
+            /* wy_fast_kernel's stores in 16-byte rows, or in pairs (the other of the default) */
+            qc::gdn_wy_wide = !qc::gdn_wy_wide;
+            double mwide = median_ms(e0, e1, fwd);
+            CHECK_CUDA(cudaDeviceSynchronize());
+            od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
+            printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  wy_fast storing %s; "
+                   "bytes differing: o %llu, ht %llu",
+                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, mwide,
+                   qc::gdn_wy_wide ? "16-byte rows" : "pairs", od, hd);
+            qc::gdn_wy_wide = !qc::gdn_wy_wide;
+            g_fail += od || hd ? 1 : 0;
             if (qc::gdn_chunk_wgmma_available()) { /* the walk on the other instructions */
                 qc::gdn_lean_wg = !qc::gdn_lean_wg;
                 double mw = median_ms(e0, e1, fwd);
@@ -896,6 +909,22 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                 CHECK_CUDA(cudaMalloc(&keep[a], bytes[a]));
                 CHECK_CUDA(cudaMemcpy(keep[a], outs[a], bytes[a], cudaMemcpyDeviceToDevice));
             }
+        if (mma == qc::kGdnMmaBf16Smem) { /* wy_fast_kernel's stores the other way */
+            qc::gdn_wy_wide = !qc::gdn_wy_wide;
+            double mwide = median_ms(e0, e1, bwd);
+            CHECK_CUDA(cudaDeviceSynchronize());
+            unsigned long long nd = 0;
+            for (int a = 0; a < 6; a++)
+                nd += dev_ndiff(outs[a], keep[a], bytes[a]);
+            printf("\ntime gdn_bwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  wy_fast storing %s; "
+                   "bytes differing: %llu\n",
+                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, mwide,
+                   qc::gdn_wy_wide ? "16-byte rows" : "pairs", nd);
+            qc::gdn_wy_wide = !qc::gdn_wy_wide;
+            g_fail += nd ? 1 : 0;
+            CHECK_CUDA(bwd());
+            CHECK_CUDA(cudaDeviceSynchronize());
+        }
         if (mma == qc::kGdnMmaBf16Smem && qc::gdn_chunk_wgmma_available()) {
             /* the state pass's walk on the other instructions, then the default's outputs again */
             qc::gdn_lean_wg = !qc::gdn_lean_wg;
@@ -956,6 +985,9 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+    const char *ww = getenv("QSPEC_GDN_WY_WIDE");
+    if (ww && (ww[0] == '0' || ww[0] == '1') && ww[1] == 0)
+        qc::gdn_wy_wide = ww[0] - '0';
     const char *wg = getenv("QSPEC_GDN_LEAN_WG");
     if (wg && (wg[0] == '0' || wg[0] == '1') && wg[1] == 0)
         qc::gdn_lean_wg = wg[0] - '0';
