@@ -27,7 +27,7 @@
 #include "qc_attn.cuh"
 #include "qc_flash_wgmma.cuh"
 #include "qc_gdn_chunk.h"
-#include "qc_gdn_lean.cuh"
+#include "qc_gdn_staged.cuh"
 
 namespace qc
 {
@@ -42,7 +42,6 @@ namespace
 
 constexpr int kBV = 64;         /* value columns of the state per state_kernel block */
 constexpr int kLdD = kMaxD + 4; /* row stride of [64][d] tiles */
-constexpr int kLdC = kC + 4;    /* row stride of [64][64] tiles */
 constexpr int kLdV = kBV + 4;   /* row stride of the state [dk][64] */
 
 constexpr size_t kWySmem = (3 * kC * kLdD + 3 * kC * kLdC + 2 * kC) * sizeof(float);
@@ -156,80 +155,6 @@ __device__ void chunk_cumsum(const gdn_chunk_problem &p, const float *gate, int6
 }
 
 /* ---------------------------------------------------------------- wy_kernel */
-
-/* T = (I + L)^-1 for strictly lower L [64][64] (in Ls), into Ts (zeroed by the caller): the
- * four 16 x 16 diagonal blocks D_b = (I + L_bb)^-1 by forward substitution, one warp
- * each, a lane a column; then for block rows bi = 1..3, T_{bi,bj} = -D_bi sum_{m=bj}^{bi-1}
- * L_{bi,m} T_{m,bj} through the scratch Ps. All FP32 on the CUDA cores, by NT threads (tid
- * their index, from 0) that bar() synchronizes. */
-struct block_bar {
-    __device__ void operator()() const
-    {
-        __syncthreads();
-    }
-};
-template <int NT = kThreads, class Bar = block_bar>
-__device__ void solve_t(const float *Ls, float *Ts, float *Ps, int tid = threadIdx.x, Bar bar = {})
-{
-    int warp = tid >> 5, lane = tid & 31;
-    if (warp < 4 && lane < 16) {
-        int b0 = 16 * warp, j = lane;
-        float x[16];
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            float s = i == j ? 1.0f : 0.0f;
-#pragma unroll
-            for (int m = 0; m < i; m++)
-                s = __fsub_rn(s, __fmul_rn(Ls[(b0 + i) * kLdC + b0 + m], x[m]));
-            x[i] = i < j ? 0.0f : s;
-            Ts[(b0 + i) * kLdC + b0 + j] = x[i];
-        }
-    }
-    bar();
-    /* Each thread takes element (r, c) of every block of the row at once: one sum a block,
-     * each in increasing m as before, the sums of a row's blocks interleaved so that their
-     * shared-memory loads overlap (m, bi and bj are compile-time after unrolling). */
-#pragma unroll
-    for (int bi = 1; bi < 4; bi++) {
-        for (int e = tid; e < 256; e += NT) {
-            int r = e >> 4, c = e & 15;
-            const float *lrow = Ls + (16 * bi + r) * kLdC;
-            float acc[3] = {0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int m = 0; m < 16 * bi; m++) {
-                float l = lrow[m];
-#pragma unroll
-                for (int bj = 0; bj < 3; bj++)
-                    if (bj < bi && m >= 16 * bj)
-                        acc[bj] = __fadd_rn(acc[bj], __fmul_rn(l, Ts[m * kLdC + 16 * bj + c]));
-            }
-#pragma unroll
-            for (int bj = 0; bj < 3; bj++)
-                if (bj < bi)
-                    Ps[(16 * bi + r) * kLdC + 16 * bj + c] = acc[bj];
-        }
-        bar();
-        for (int e = tid; e < 256; e += NT) {
-            int r = e >> 4, c = e & 15;
-            const float *drow = Ts + (16 * bi + r) * kLdC + 16 * bi;
-            float acc[3] = {0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int m = 0; m < 16; m++) {
-                float d = drow[m];
-#pragma unroll
-                for (int bj = 0; bj < 3; bj++)
-                    if (bj < bi)
-                        acc[bj] = __fadd_rn(acc[bj],
-                                            __fmul_rn(d, Ps[(16 * bi + m) * kLdC + 16 * bj + c]));
-            }
-#pragma unroll
-            for (int bj = 0; bj < 3; bj++)
-                if (bj < bi)
-                    Ts[(16 * bi + r) * kLdC + 16 * bj + c] = -acc[bj];
-        }
-        bar();
-    }
-}
 
 template <int kMma, typename TIn>
 __global__ void __launch_bounds__(kThreads)
@@ -487,178 +412,6 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
  * chunk fetched by cp.async while the current one is computed. The FP32 state stays in the
  * walk's mma accumulators (state_lean_kernel); its BF16 rounding is the matmul operand. */
 
-constexpr int kTileF = kC * kLdC * 4;     /* bytes, = kTileH */
-static_assert(kTileF == kTileH, "the FP32 [64][68] and BF16 [64][136] tiles alias");
-
-/* Rows of 128 BF16 (or 64) from global into a tile, 16 bytes a copy; rows >= nc zero. */
-__device__ __forceinline__ void tile_rows(bool r64, int ldt, bf16 *t, int64_t nc, const bf16 *base,
-                                          int64_t stride)
-{
-    int per = r64 ? 8 : 16;
-    for (int e = threadIdx.x; e < kC * per; e += kThreads) {
-        int i = e / per, c = e % per;
-        bool on = i < nc;
-        cp_async16(t + i * ldt + c * 8, on ? base + i * stride + c * 8 : base, on);
-    }
-}
-
-/* wy_fast_kernel's products, one warp's share (also the fused forward's). wy_la: rows 16 mt ..
- * 16 mt + 15 and columns n0 .. n0 + 31 of L = (beta K K^T . Gamma) strictly below the diagonal
- * (into Lf, FP32) and of A = scale Q K^T . Gamma, A given to put (put_strip). */
-template <class Put, class Lay = pad_layout>
-__device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16 *Qh,
-                                      const float *G, const float *Bt, float *Lf, float scale,
-                                      Put put, Lay y = pad_layout{kLdH})
-{
-    float ckk[4][4] = {}, cqk[4][4] = {};
-    for (int k0 = 0; k0 < kMaxD; k0 += 16) {
-        uint32_t ak[4], aq[4], b0[4], b1[4];
-        frag_a_mk(ak, Kh, y, 16 * mt, k0);
-        frag_a_mk(aq, Qh, y, 16 * mt, k0);
-        frag_b_nk(b0, Kh, y, n0, k0);
-        frag_b_nk(b1, Kh, y, n0 + 16, k0);
-        mma2(ckk[0], ckk[1], ak, b0);
-        mma2(ckk[2], ckk[3], ak, b1);
-        mma2(cqk[0], cqk[1], aq, b0);
-        mma2(cqk[2], cqk[3], aq, b1);
-    }
-#pragma unroll
-    for (int n = 0; n < 4; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) { /* cqk becomes A */
-            int i = 16 * mt + acc_row(e), j = n0 + acc_col(n, e);
-            float gam = i >= j ? expf(__fsub_rn(G[i], G[j])) : 0.0f;
-            Lf[i * kLdC + j] = i > j ? __fmul_rn(__fmul_rn(Bt[i], ckk[n][e]), gam) : 0.0f;
-            cqk[n][e] = __fmul_rn(__fmul_rn(scale, cqk[n][e]), gam);
-        }
-    put_strip(16 * mt, n0, cqk, put);
-}
-
-/* Rows 16 mt .. 16 mt + 15 and columns n0 .. n0 + 63 of Ta [64][kLdH64] times B (64 deep, in
- * layout yb: pad_layout or swz_layout), given to put (put_strip). */
-template <class Put, class Lay>
-__device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf16 *Bs, Lay yb,
-                                       Put put)
-{
-    float c[8][4] = {};
-    for (int k0 = 0; k0 < kC; k0 += 16) {
-        uint32_t a[4];
-        frag_a_mk(a, Ta, kLdH64, 16 * mt, k0);
-#pragma unroll
-        for (int np = 0; np < 4; np++) {
-            uint32_t b[4];
-            frag_b_kn(b, Bs, yb, n0 + 16 * np, k0);
-            mma2(c[2 * np], c[2 * np + 1], a, b);
-        }
-    }
-    put_strip(16 * mt, n0, c, put);
-}
-
-/* Tw = T diag(beta e^G) and Tu = T diag(beta) (BF16, [64][kLdH64]) from T (FP32, Tf) by NT
- * threads (tid their index, from 0), each element pair (i, j) of T also given to
- * keep(i, j, t_j, t_{j+1}). A thread's columns j, j + 1 are the same in every row (NT is a
- * multiple of kC / 2), so their factors are formed once. */
-template <int NT, class Keep>
-__device__ __forceinline__ void wy_scale_t(const float *Tf, const float *G, const float *Bt,
-                                           bf16 *Tw, bf16 *Tu, int tid, Keep keep)
-{
-    static_assert(NT % (kC / 2) == 0, "a thread's columns are the same in every row");
-    const int j = 2 * (tid % (kC / 2));
-    const float fw0 = __fmul_rn(Bt[j], expf(G[j])), fw1 = __fmul_rn(Bt[j + 1], expf(G[j + 1]));
-    for (int e = tid; e < kC * kC / 2; e += NT) {
-        int i = e / (kC / 2);
-        float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
-        st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, fw0), __fmul_rn(t1, fw1));
-        st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
-        keep(i, j, t0, t1);
-    }
-}
-
-/* kLateV: V is fetched into T's tile once Tw and Tu are formed, while W = Tw K is computed, so
- * the kernel holds four tiles (three blocks an SM) instead of five (two); the same products in
- * the same order either way. Shared memory: the tiles K, Q, (V,) L, T, then G and beta. */
-__host__ __device__ constexpr int wy_tiles(bool late_v)
-{
-    return late_v ? 4 : 5;
-}
-constexpr size_t wy_smem(bool late_v)
-{
-    return wy_tiles(late_v) * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float);
-}
-template <bool kLateV, bool kWide>
-__global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
-    wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
-                   const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
-                   bf16 *Tout)
-{
-    constexpr int kT = wy_tiles(kLateV);
-    extern __shared__ __align__(16) unsigned char smb[];
-    bf16 *Kh = reinterpret_cast<bf16 *>(smb), *Qh = reinterpret_cast<bf16 *>(smb + kTileH);
-    float *Lf = reinterpret_cast<float *>(smb + (kT - 2) * kTileH);
-    float *Tf = reinterpret_cast<float *>(smb + (kT - 1) * kTileH);
-    bf16 *Vh = kLateV ? reinterpret_cast<bf16 *>(Tf) : reinterpret_cast<bf16 *>(smb + 2 * kTileH);
-    float *Pf = reinterpret_cast<float *>(Qh);         /* the solve's scratch, once Q is used */
-    bf16 *Tw = Qh, *Tu = reinterpret_cast<bf16 *>(Lf); /* after the solve */
-    float *G = reinterpret_cast<float *>(smb + kT * kTileH), *Bt = G + kC;
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    int64_t ci = blockIdx.x, hvi = blockIdx.y;
-    int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
-    const bf16 *vrows = v + (tok0 * p.hv + hvi) * kMaxD;
-    tile_rows(false, kLdH, Kh, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-    tile_rows(false, kLdH, Qh, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-    if (!kLateV)
-        tile_rows(false, kLdH, Vh, nc, vrows, p.hv * kMaxD);
-    cp_commit();
-    for (int e = tid; e < kC * kC; e += kThreads)
-        Tf[(e / kC) * kLdC + e % kC] = 0.0f;
-    if (warp == 0) {
-        float gr0 = lane < nc ? gate[(tok0 + lane) * p.hv + hvi] : 0.0f;
-        float gr1 = lane + 32 < nc ? gate[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
-        Bt[lane] = lane < nc ? beta[(tok0 + lane) * p.hv + hvi] : 0.0f;
-        Bt[lane + 32] = lane + 32 < nc ? beta[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
-        warp_cumsum64(gr0, gr1);
-        G[lane] = gr0;
-        G[lane + 32] = gr1;
-    }
-    cp_wait<0>();
-    __syncthreads();
-    /* A, W and U leave as BF16 pairs, or (kWide) as 16-byte pieces of a row */
-    auto out = [&](bf16 *dst, int ld) {
-        auto pair = [=](int i, int j, float x0, float x1) {
-            if (i < nc)
-                st_pair(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * ld + j, x0, x1);
-        };
-        auto row8 = [=](int i, int j, uint4 x) {
-            if (i < nc)
-                *reinterpret_cast<uint4 *>(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) *
-                                                     ld + j) = x;
-        };
-        if constexpr (kWide)
-            return wide(row8);
-        else
-            return pair;
-    };
-    wy_la(warp >> 1, (warp & 1) * 32, Kh, Qh, G, Bt, Lf, p.scale, out(A, kC));
-    __syncthreads();
-    solve_t(Lf, Tf, Pf);
-    wy_scale_t<kThreads>(Tf, G, Bt, Tw, Tu, tid, [&](int i, int j, float t0, float t1) {
-        if (Tout && i < nc) /* the backward keeps T, BF16 [hv][tokens][64] */
-            st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
-    });
-    __syncthreads();
-    if (kLateV) { /* T is formed into Tw and Tu: its tile takes V */
-        tile_rows(false, kLdH, Vh, nc, vrows, p.hv * kMaxD);
-        cp_commit();
-    }
-    for (int pass = 0; pass < 2; pass++) { /* W = Tw K, U = Tu V */
-        if (kLateV && pass == 1) {
-            cp_wait<0>();
-            __syncthreads();
-        }
-        wy_mul(warp >> 1, (warp & 1) * 64, pass ? Tu : Tw, pass ? Vh : Kh, pad_layout{kLdH},
-               out(pass ? U : W, kMaxD));
-    }
-}
 
 /* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide) and its
  * shared memory. */

@@ -1,21 +1,24 @@
-/* gdn_emu.cc: the lean serial kernels of the BF16-staged chunked GDN (cuda/qc_gdn_lean.cuh:
- * state_lean_kernel, forward and the backward's state pass, and dstate_lean_kernel) run on the
- * CPU through cuda/emu/qc_emu.h, on mma.sync and on wgmma, with 4 and 8 warps a block, against
- * a direct evaluation of the walks they compute (docs/gdn.md, "On the GPU") in double
- * precision with the kernels' BF16 roundings of the operands (the state, Vn, F . Vn, the state
- * gradient, dVn, scale e^G . dO) and of the outputs. Two sequences of 150 and 70 tokens (the
- * second starts inside a chunk of the first's workspace rows, both end inside a chunk), two
- * value heads on one q/k head, an initial state and a dht. The workspace inputs (W, U, A) and
- * the gates are random: the walks are functions of them whatever produced them. This checks
- * the kernels' logic (indices, the tiles' layouts and swizzle, fragments, wgmma descriptors,
- * the cp.async stages, barriers and proxy fences, as PTX defines them: a hazard fails the
- * launch) where there is no GPU; on a GPU gdn_bench checks the whole path against the
- * reference. Prints "ok N - ..." or "FAIL N - ..." with the relative RMS error of each output
- * (the bound is 1e-3: the sums inside the products run in another order than here, which
- * moves an operand's BF16 rounding now and then); exits 0 when every case passes. */
+/* gdn_emu.cc: kernels of the BF16-staged chunked GDN (cuda/qc_gdn_staged.cuh) run on the CPU
+ * through cuda/emu/qc_emu.h: wy_fast_kernel (four and five tiles, W, U and A stored as pairs
+ * and as 16-byte rows) against W, U, A and T evaluated from their definitions, and the lean
+ * walks (state_lean_kernel, forward and the backward's state pass, and dstate_lean_kernel) with
+ * 4 and 8 warps a block, on mma.sync and on wgmma, against a direct evaluation of the walks
+ * (docs/gdn.md, "On the GPU"), all in double precision with the kernels' BF16 roundings of the
+ * operands (T diag(beta e^G), T diag(beta), the state, Vn, F . Vn, the state gradient, dVn,
+ * scale e^G . dO) and of the outputs. Two sequences of 150 and 70 tokens (both end inside a
+ * chunk), two value heads on one q/k head, an initial state and a dht; the walks' workspace
+ * inputs (W, U, A) are random: the walks are functions of them whatever produced them. First,
+ * put_strip's two forms on distinct values. This checks the kernels' logic (indices, the tiles'
+ * layouts and swizzle, fragments, wgmma descriptors, the cp.async stages, barriers and proxy
+ * fences, as PTX defines them: a hazard fails the launch) where there is no GPU; on a GPU
+ * gdn_bench checks the whole path against the reference. Prints "ok N - ..." or "FAIL N - ..."
+ * with the relative RMS error of each output (the bound is 1e-3: the sums inside the products
+ * run in another order than here, which moves an operand's BF16 rounding now and then); exits
+ * 0 when every case passes. */
 #define QC_EMU 1
-#include "qc_gdn_lean.cuh"
+#include "qc_gdn_staged.cuh"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -75,8 +78,8 @@ template <typename V> std::vector<double> wide(const V &v)
 }
 
 struct inputs {
-    std::vector<bf16> q, k, W, U, A, dout;
-    std::vector<float> g, h0, dht;
+    std::vector<bf16> q, k, v, W, U, A, dout;
+    std::vector<float> g, beta, h0, dht;
     float scale = 1.0f / std::sqrt(static_cast<float>(D));
     inputs()
     {
@@ -87,6 +90,8 @@ struct inputs {
         A = rand_bf16(static_cast<size_t>(HV) * T * C, 0.05);
         dout = rand_bf16(static_cast<size_t>(T) * HV * D, 1.0);
         g = rand_f32(static_cast<size_t>(T) * HV, -0.05, 0.04); /* log decays in (-0.09, -0.01) */
+        v = rand_bf16(static_cast<size_t>(T) * HV * D, 1.0);
+        beta = rand_f32(static_cast<size_t>(T) * HV, 0.5, 0.45);
         h0 = rand_f32(static_cast<size_t>(NSEQ) * HV * D * D, 0.0, 0.5);
         dht = rand_f32(static_cast<size_t>(NSEQ) * HV * D * D, 0.0, 0.5);
     }
@@ -286,6 +291,101 @@ template <int kW, bool kWg> void run(const inputs &in, const walk_ref &ref)
     }
 }
 
+/* wy_fast_kernel's outputs of every chunk, as docs/gdn.md states them: G the chunk's cumsum
+ * of g, L = strictly lower (beta K K^T . Gamma), T = (I + L)^-1, A = scale (Q K^T . Gamma)
+ * (lower), W = T diag(beta e^G) K and U = T diag(beta) V with T's BF16 roundings as operands. */
+struct wy_ref_t {
+    std::vector<double> W, U, A, T;
+};
+wy_ref_t wy_reference(const inputs &in)
+{
+    wy_ref_t r;
+    r.W.assign(static_cast<size_t>(HV) * T * D, 0);
+    r.U = r.W;
+    r.A.assign(static_cast<size_t>(HV) * T * C, 0);
+    r.T = r.A;
+    auto at = [](const std::vector<bf16> &v, size_t i) { return static_cast<double>(v[i]); };
+    for (int n = 0; n < NSEQ; n++)
+        for (int c = 0; c * C < kCu[n + 1] - kCu[n]; c++)
+            for (int hv = 0; hv < HV; hv++) {
+                int tok0 = kCu[n] + c * C, nc = std::min(C, kCu[n + 1] - tok0);
+                double G[C], Bt[C], L[C][C] = {}, Tm[C][C] = {};
+                float acc = 0.0f;
+                for (int i = 0; i < nc; i++) {
+                    acc = acc + in.g[static_cast<size_t>(tok0 + i) * HV + hv];
+                    G[i] = acc;
+                    Bt[i] = in.beta[static_cast<size_t>(tok0 + i) * HV + hv];
+                }
+                auto kq = [&](const std::vector<bf16> &x, int i, int j) {
+                    double s = 0;
+                    for (int d = 0; d < D; d++)
+                        s += at(x, static_cast<size_t>(tok0 + i) * H * D + d) *
+                             at(in.k, static_cast<size_t>(tok0 + j) * H * D + d);
+                    return s;
+                };
+                size_t row0 = static_cast<size_t>(hv) * T + tok0;
+                for (int i = 0; i < nc; i++)
+                    for (int j = 0; j <= i; j++) {
+                        double gam = std::exp(G[i] - G[j]);
+                        if (j < i)
+                            L[i][j] = Bt[i] * kq(in.k, i, j) * gam;
+                        r.A[(row0 + i) * C + j] = bfr(in.scale * kq(in.q, i, j) * gam);
+                    }
+                for (int i = 0; i < nc; i++) /* forward substitution, row by row */
+                    for (int j = 0; j <= i; j++) {
+                        double x = i == j ? 1.0 : 0.0;
+                        for (int m = j; m < i; m++)
+                            x -= L[i][m] * Tm[m][j];
+                        Tm[i][j] = x;
+                    }
+                for (int i = 0; i < nc; i++) {
+                    for (int j = 0; j <= i; j++)
+                        r.T[(row0 + i) * C + j] = bfr(Tm[i][j]);
+                    for (int d = 0; d < D; d++) {
+                        double w = 0, u = 0;
+                        for (int j = 0; j <= i; j++) {
+                            double tw = bfr(static_cast<float>(Tm[i][j]) *
+                                            static_cast<float>(Bt[j] * std::exp(G[j])));
+                            double tu = bfr(static_cast<float>(Tm[i][j]) * static_cast<float>(Bt[j]));
+                            w += tw * at(in.k, static_cast<size_t>(tok0 + j) * H * D + d);
+                            u += tu * at(in.v, (static_cast<size_t>(tok0 + j) * HV + hv) * D + d);
+                        }
+                        r.W[(row0 + i) * D + d] = bfr(w);
+                        r.U[(row0 + i) * D + d] = bfr(u);
+                    }
+                }
+            }
+    return r;
+}
+
+template <bool kLateV, bool kWide> void run_wy(const inputs &in, const wy_ref_t &ref)
+{
+    qc::gdn_chunk_problem p{NSEQ, 0, T, H, HV, D, D, in.scale, 0, kCu};
+    std::vector<int32_t> chunks;
+    for (int n = 0; n < NSEQ; n++)
+        for (int t = kCu[n]; t < kCu[n + 1]; t += C) {
+            chunks.push_back(t);
+            chunks.push_back(std::min(C, kCu[n + 1] - t));
+        }
+    const bf16 nan = bf16(NAN);
+    std::vector<bf16> W(ref.W.size(), nan), U(ref.U.size(), nan), A(ref.A.size(), nan),
+        Tt(ref.T.size(), nan);
+    bool ran = qc::emu::launch(uint3e{static_cast<unsigned>(chunks.size() / 2), HV, 1},
+                               uint3e{qc::kThreads, 1, 1}, qc::wy_fast_kernel<kLateV, kWide>, p,
+                               static_cast<const int32_t *>(chunks.data()), in.q.data(),
+                               in.k.data(), in.v.data(), in.g.data(), in.beta.data(), W.data(),
+                               U.data(), A.data(), Tt.data());
+    char name[96];
+    snprintf(name, sizeof name, "wy_fast_kernel, %s, %s", kLateV ? "four tiles" : "five tiles",
+             kWide ? "16-byte rows" : "pairs");
+    report(name,
+           {{"W", rrms(wide(W), ref.W)},
+            {"U", rrms(wide(U), ref.U)},
+            {"A", rrms(wide(A), ref.A)},
+            {"T", rrms(wide(Tt), ref.T)}},
+           ran);
+}
+
 /* The BF16 value of bits 0x3F80 + x (x < 1024: 1024 distinct finite values, 1.0 upwards). */
 float code(int x)
 {
@@ -333,8 +433,13 @@ void strip_check()
 
 int main()
 {
-    strip_check();
     inputs in;
+    strip_check();
+    wy_ref_t wref = wy_reference(in);
+    run_wy<true, false>(in, wref);
+    run_wy<true, true>(in, wref);
+    run_wy<false, false>(in, wref);
+    run_wy<false, true>(in, wref);
     walk_ref ref = reference(in);
     run<4, false>(in, ref);
     run<4, true>(in, ref);

@@ -1,6 +1,6 @@
-/* qc_emu.h: the flash kernels of cuda/qc_flash.cuh and cuda/qc_flash_wgmma.cuh, and the lean
- * GDN kernels of cuda/qc_gdn_lean.cuh, compiled as host C++ and run on the CPU, to check their
- * logic (tiling, masks, loop bounds, barriers, the shared-memory layouts and wgmma
+/* qc_emu.h: the flash kernels of cuda/qc_flash.cuh and cuda/qc_flash_wgmma.cuh, and the
+ * BF16-staged GDN kernels of cuda/qc_gdn_staged.cuh, compiled as host C++ and run on the CPU,
+ * to check their logic (tiling, masks, loop bounds, barriers, the shared-memory layouts and wgmma
  * descriptors) where no GPU is at hand. Defining QC_EMU before including those headers makes
  * them include this one instead of CUDA's: a kernel is
  * then an ordinary function, and qc::emu::launch runs it block by block, each block's
