@@ -768,38 +768,32 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             CHECK_CUDA(cudaMalloc(&ht_smem, ns * 4));
             CHECK_CUDA(cudaMemcpy(o_smem, o, nv * 2, cudaMemcpyDeviceToDevice));
             CHECK_CUDA(cudaMemcpy(ht_smem, ht, ns * 4, cudaMemcpyDeviceToDevice));
-            /* wy_fast_kernel's five-tile form beside the default four-tile one: same bits */
-            qc::gdn_wy_tiles = 5;
-            double m5 = median_ms(e0, e1, fwd);
-            qc::gdn_wy_tiles = 0;
-            CHECK_CUDA(cudaDeviceSynchronize());
-            unsigned long long od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
-            printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  wy_fast with five "
-                   "tiles; bytes differing from four: o %llu, ht %llu",
-                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m5, od, hd);
-            g_fail += od || hd ? 1 : 0;
-            /* wy_fast_kernel's stores in 16-byte rows, or in pairs (the other of the default) */
-            qc::gdn_wy_wide = !qc::gdn_wy_wide;
-            double mwide = median_ms(e0, e1, fwd);
-            CHECK_CUDA(cudaDeviceSynchronize());
-            od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
-            printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  wy_fast storing %s; "
-                   "bytes differing: o %llu, ht %llu",
-                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, mwide,
-                   qc::gdn_wy_wide ? "16-byte rows" : "pairs", od, hd);
-            qc::gdn_wy_wide = !qc::gdn_wy_wide;
-            g_fail += od || hd ? 1 : 0;
-            if (qc::gdn_chunk_wgmma_available()) { /* the walk on the other instructions */
-                qc::gdn_lean_wg = !qc::gdn_lean_wg;
-                double mw = median_ms(e0, e1, fwd);
+            /* the staged path again with *knob = value: its time, and the bytes of o and ht
+             * that differ from the default's */
+            auto variant = [&](int *knob, int value, const char *what) {
+                int was = *knob;
+                *knob = value;
+                double m = median_ms(e0, e1, fwd);
                 CHECK_CUDA(cudaDeviceSynchronize());
-                od = dev_ndiff(o, o_smem, nv * 2), hd = dev_ndiff(ht, ht_smem, ns * 4);
-                printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the walk on %s; "
-                       "bytes differing: o %llu, ht %llu",
-                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, mw,
-                       qc::gdn_lean_wg ? "wgmma" : "mma.sync", od, hd);
-                qc::gdn_lean_wg = !qc::gdn_lean_wg;
-            }
+                *knob = was;
+                unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
+                                   hd = dev_ndiff(ht, ht_smem, ns * 4);
+                printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  %s; bytes "
+                       "differing: o %llu, ht %llu",
+                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m, what,
+                       od, hd);
+                return od + hd;
+            };
+            /* wy_fast_kernel's five tiles and its other stores: the same bytes */
+            g_fail += variant(&qc::gdn_wy_tiles, 5, "wy_fast with five tiles") ? 1 : 0;
+            g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide,
+                              qc::gdn_wy_wide ? "wy_fast storing pairs"
+                                              : "wy_fast storing 16-byte rows")
+                          ? 1
+                          : 0;
+            if (qc::gdn_chunk_wgmma_available()) /* the walk on the other instructions */
+                variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
+                        qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
         }
         if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && o_smem) {
             unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
@@ -909,36 +903,33 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                 CHECK_CUDA(cudaMalloc(&keep[a], bytes[a]));
                 CHECK_CUDA(cudaMemcpy(keep[a], outs[a], bytes[a], cudaMemcpyDeviceToDevice));
             }
-        if (mma == qc::kGdnMmaBf16Smem) { /* wy_fast_kernel's stores the other way */
-            qc::gdn_wy_wide = !qc::gdn_wy_wide;
-            double mwide = median_ms(e0, e1, bwd);
-            CHECK_CUDA(cudaDeviceSynchronize());
-            unsigned long long nd = 0;
-            for (int a = 0; a < 6; a++)
-                nd += dev_ndiff(outs[a], keep[a], bytes[a]);
-            printf("\ntime gdn_bwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  wy_fast storing %s; "
-                   "bytes differing: %llu\n",
-                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, mwide,
-                   qc::gdn_wy_wide ? "16-byte rows" : "pairs", nd);
-            qc::gdn_wy_wide = !qc::gdn_wy_wide;
-            g_fail += nd ? 1 : 0;
-            CHECK_CUDA(bwd());
-            CHECK_CUDA(cudaDeviceSynchronize());
-        }
-        if (mma == qc::kGdnMmaBf16Smem && qc::gdn_chunk_wgmma_available()) {
-            /* the state pass's walk on the other instructions, then the default's outputs again */
-            qc::gdn_lean_wg = !qc::gdn_lean_wg;
-            double mw = median_ms(e0, e1, bwd);
-            CHECK_CUDA(cudaDeviceSynchronize());
-            unsigned long long nd = 0;
-            for (int a = 0; a < 6; a++)
-                nd += dev_ndiff(outs[a], keep[a], bytes[a]);
-            printf("\ntime gdn_bwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the walk on %s; "
-                   "bytes differing: %llu\n",
-                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, mw,
-                   qc::gdn_lean_wg ? "wgmma" : "mma.sync", nd);
-            qc::gdn_lean_wg = !qc::gdn_lean_wg;
-            CHECK_CUDA(bwd());
+        if (mma == qc::kGdnMmaBf16Smem) {
+            /* again with *knob = value: its time, and the bytes that differ from the default's */
+            auto variant = [&](int *knob, int value, const char *what) {
+                int was = *knob;
+                *knob = value;
+                double m = median_ms(e0, e1, bwd);
+                CHECK_CUDA(cudaDeviceSynchronize());
+                *knob = was;
+                unsigned long long nd = 0;
+                for (int a = 0; a < 6; a++)
+                    nd += dev_ndiff(outs[a], keep[a], bytes[a]);
+                printf("\ntime gdn_bwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  %s; bytes "
+                       "differing: %llu",
+                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m, what,
+                       nd);
+                return nd;
+            };
+            g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide,
+                              qc::gdn_wy_wide ? "wy_fast storing pairs"
+                                              : "wy_fast storing 16-byte rows")
+                          ? 1
+                          : 0;
+            if (qc::gdn_chunk_wgmma_available())
+                variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
+                        qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
+            printf("\n");
+            CHECK_CUDA(bwd()); /* the default's outputs again, for the lines below */
             CHECK_CUDA(cudaDeviceSynchronize());
         }
         if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && keep[0]) {

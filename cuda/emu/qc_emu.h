@@ -643,8 +643,9 @@ template <typename T, int N> void wg_ss(float (*d)[4], uint64_t da, uint64_t db,
     self().wg.open.push_back(std::move(op));
 }
 /* The same with A from registers (fragments a[4] of each lane: rows g, g + 8, columns 2t,
- * 2t + 1 and 8 more) and B (16 x N) transposed through db. */
-template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+ * 2t + 1 and 8 more) and B through db: transposed (16 x N, kTransB) or K-major (N x 16). */
+template <typename T, int N, bool kTransB>
+void wg_rs_any(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
 {
     check_desc(db);
     const uint32_t *all = warp_exchange(a, 4);
@@ -668,7 +669,8 @@ template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64
     for (int nb = 0; nb < N / 8; nb++)
         for (int c = 0; c < 2; c++)
             for (int k = 0; k < 16; k++)
-                bv[nb][c][k] = mnmajor<T>(db, k, nb * 8 + 2 * tq + c);
+                bv[nb][c][k] = kTransB ? mnmajor<T>(db, k, nb * 8 + 2 * tq + c)
+                                       : kmajor<T>(db, nb * 8 + 2 * tq + c, k);
     wg_reads() = nullptr;
     for (int nb = 0; nb < N / 8; nb++)
         for (int e = 0; e < 4; e++) {
@@ -679,43 +681,14 @@ template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64
         }
     self().wg.open.push_back(std::move(op));
 }
-
-/* The same with B (N x 16) K-major through db (no transpose bit). */
+template <typename T, int N> void wg_rs(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
+{
+    wg_rs_any<T, N, true>(d, a, db, scale_d);
+}
 template <typename T, int N>
 void wg_rs_k(float (*d)[4], const uint32_t *a, uint64_t db, int scale_d)
 {
-    check_desc(db);
-    const uint32_t *all = warp_exchange(a, 4);
-    unsigned t = flat_tid() & 127;
-    int gr = (t & 31) >> 2, tq = t & 3;
-    float arow[2][16];
-    for (int q = 0; q < 4; q++)
-        for (int h = 0; h < 2; h++) {
-            const uint32_t *f = all + kSlot * (gr * 4 + q);
-            arow[h][2 * q] = half_of<T>(f[h], 0);
-            arow[h][2 * q + 1] = half_of<T>(f[h], 1);
-            arow[h][2 * q + 8] = half_of<T>(f[2 + h], 0);
-            arow[h][2 * q + 9] = half_of<T>(f[2 + h], 1);
-        }
-    wg_op op;
-    op.seq = ++self().wg_seq;
-    op.a = a;
-    memcpy(op.a_bits, a, sizeof op.a_bits);
-    wg_reads() = &op.reads;
-    float bv[N / 8][2][16];
-    for (int nb = 0; nb < N / 8; nb++)
-        for (int c = 0; c < 2; c++)
-            for (int k = 0; k < 16; k++)
-                bv[nb][c][k] = kmajor<T>(db, nb * 8 + 2 * tq + c, k);
-    wg_reads() = nullptr;
-    for (int nb = 0; nb < N / 8; nb++)
-        for (int e = 0; e < 4; e++) {
-            float acc = scale_d ? wg_in(&d[nb][e]) : 0.0f;
-            for (int k = 0; k < 16; k++)
-                acc += arow[e >> 1][k] * bv[nb][e & 1][k];
-            wg_out(op, &d[nb][e], acc);
-        }
-    self().wg.open.push_back(std::move(op));
+    wg_rs_any<T, N, false>(d, a, db, scale_d);
 }
 
 /* mma.sync m16n8k16 (row.col, FP32 accumulation): c[4] += A B for this lane's elements, the
