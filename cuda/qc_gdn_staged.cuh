@@ -2,8 +2,8 @@
  * cuda/qc_gdn_chunk.cu; docs/gdn.md): wy_fast_kernel (a chunk's W, U, A and T), the lean
  * serial kernels state_lean_kernel (the forward's walk over a sequence's chunks, and the
  * backward's state pass) and dstate_lean_kernel (the backward's reverse walk), on mma.sync or
- * (kWg, sm_90a) wgmma, with the tile primitives and the solve they share with the other
- * kernels. With QC_EMU defined the header compiles as host C++ for the CPU emulator of
+ * (kWg, sm_90a) wgmma, the backward's grad_fast_kernel and qk_sum_h_kernel, with the tile
+ * primitives and the solve they share with the other kernels. With QC_EMU defined the header compiles as host C++ for the CPU emulator of
  * cuda/emu/qc_emu.h (tests/gdn_emu), which gives each instruction its PTX meaning. */
 #ifndef QC_GDN_STAGED_CUH
 #define QC_GDN_STAGED_CUH
@@ -296,6 +296,14 @@ __device__ __forceinline__ void warp_cumsum64(float &x0, float &x1)
     x1 = __fadd_rn(x1, __shfl_sync(0xffffffffu, x0, 31));
 }
 
+
+/* x summed over the 4 lanes of a quad (those holding one accumulator row); every lane gets
+ * the same value (each step adds a pair in both orders, which FP32 addition makes equal). */
+__device__ __forceinline__ float quad_sum(float x)
+{
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
 
 /* T = (I + L)^-1 for strictly lower L [64][64] (in Ls), into Ts (zeroed by the caller): the
  * four 16 x 16 diagonal blocks D_b = (I + L_bb)^-1 by forward substitution, one warp
@@ -1243,6 +1251,514 @@ __global__ void __launch_bounds__(32 * kW, 1)
             for (int e = 0; e < 4; e++)
                 dh0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
                     d[nt][e];
+}
+
+/* ---------------------------------------------------------------- the BF16-staged backward */
+/* kGdnMmaBf16Smem (dk = dv = 128, BF16 arrays): the backward of docs/gdn.md on BF16 tiles in
+ * shared memory read by ldmatrix, BF16 workspace and BF16 states.
+ *   wy_fast_kernel as in the forward, keeping T too (BF16 [hv][tokens][64]);
+ *   state_lean_kernel without o: the BF16 state before each chunk into hs, Vn over U;
+ *   dstate_lean_kernel, one block per (16 kW value columns, value head, sequence), serial
+ *     over the chunks in reverse, each warp's 16 columns of the state gradient in its FP32
+ *     mma accumulators, the tiles of the previous chunk fetched by cp.async while the current
+ *     one is computed: the BF16 dS' into dhs, dVn = diag(F) (K dS') + A^T dO into the
+ *     workspace (BF16), dS = e^{G_last} dS' + Q^T (scale e^G . dO) - W^T dVn; the last dS
+ *     is dh0;
+ *   grad_fast_kernel, one block per (chunk, value head): every tile of the chunk (K, Q, V,
+ *     dO, Vn, dVn, A, T, S, dS') by cp.async, then the matmuls of step 3 with the row and
+ *     column sums spread over the block and dg as a warp scan. T and dVn come from the
+ *     workspace rather than being computed again.
+ * Workspace (BF16, inside the FP32 plan.ws): W, U (then Vn) [hv][tokens][128], A, T
+ * [hv][tokens][64], dVn [hv][tokens][128]; hs and dhs hold BF16 [hv][nchunks][128][128]. */
+
+/* The workspace of the BF16-staged backward, in BF16 elements per (value head, token). */
+constexpr int64_t kWsBwdFast = 2 * kMaxD + 2 * kC + kMaxD;
+
+constexpr int kTileS = kMaxD * kLdH * 2; /* bytes of a BF16 [128][kLdH] state tile */
+/* grad_fast_kernel's vectors (floats): G, Bt, Ex, F [64]; rv, rq, rk, ry [2][64]; gk [64];
+ * rowL, rowM, colM, colN, dG [64]; red [8] */
+constexpr int kGradFastVec = 4 * kC + 4 * 2 * kC + kC + 5 * kC + 16;
+constexpr size_t kGradFastSmem = 7 * static_cast<size_t>(kTileH) + 2 * static_cast<size_t>(kTileS) +
+                                 2 * static_cast<size_t>(kTileH64) + kGradFastVec * sizeof(float);
+static_assert(3 * kTileF <= 2 * kTileS, "dA, dT and Lg (FP32) fit in the state tiles");
+static_assert(4 * kTileH64 <= 4 * kTileH, "dT, P, dAs and Bl (BF16) fit in V, dO, Vn, dVn");
+static_assert(kGradFastSmem <= 227 * 1024, "grad_fast_kernel's shared memory");
+static_assert(kThreads == 4 * kC, "grad_fast_kernel's row sums: a quad of threads a row");
+
+/* The shared memory of grad_fast_kernel: K, Q, V, dO, Vn, dVn [64][kLdH]; S, dS' [128][kLdH];
+ * dW [64][kLdH]; A, T [64][kLdH64] (all BF16); vectors. After the sums over the value
+ * columns, S and dS' hold dA, dT (then dL) and Lg in FP32 [64][kLdC], and after dv, dA and dT,
+ * V .. dVn hold dT, P, dAs and Bl + Bl^T in BF16 [64][kLdH64]. */
+struct grad_fast_smem {
+    bf16 *Kh, *Qh, *Vh, *dOh, *Vnh, *dVh, *Sh, *dSh, *dWh, *Ah, *Th;
+    float *dAf, *dTf, *Lgf;
+    bf16 *dTh, *Ph, *dAsh, *Blh;
+    float *G, *Bt, *Ex, *F, *rv, *rq, *rk, *ry, *gk, *rowL, *rowM, *colM, *colN, *dG, *red;
+    __device__ grad_fast_smem(unsigned char *s)
+    {
+        auto h = [&](size_t off) { return reinterpret_cast<bf16 *>(s + off); };
+        Kh = h(0);
+        Qh = h(kTileH);
+        Vh = h(2 * kTileH);
+        dOh = h(3 * kTileH);
+        Vnh = h(4 * kTileH);
+        dVh = h(5 * kTileH);
+        Sh = h(6 * kTileH);
+        dSh = h(6 * kTileH + kTileS);
+        dWh = h(6 * kTileH + 2 * kTileS);
+        Ah = h(7 * kTileH + 2 * kTileS);
+        Th = h(7 * kTileH + 2 * kTileS + kTileH64);
+        dAf = reinterpret_cast<float *>(Sh);
+        dTf = dAf + kC * kLdC;
+        Lgf = dTf + kC * kLdC;
+        dTh = Vh;
+        Ph = h(2 * kTileH + kTileH64);
+        dAsh = h(2 * kTileH + 2 * kTileH64);
+        Blh = h(2 * kTileH + 3 * kTileH64);
+        G = reinterpret_cast<float *>(s + 7 * kTileH + 2 * kTileS + 2 * kTileH64);
+        Bt = G + kC;
+        Ex = Bt + kC;
+        F = Ex + kC;
+        rv = F + kC; /* [2][64]: per half of the warps */
+        rq = rv + 2 * kC;
+        rk = rq + 2 * kC;
+        ry = rk + 2 * kC;
+        gk = ry + 2 * kC;
+        rowL = gk + kC;
+        rowM = rowL + kC;
+        colM = rowM + kC;
+        colN = colM + kC;
+        dG = colN + kC;
+        red = dG + kC; /* [8] */
+    }
+};
+
+/* The row sums of a [64][128] accumulator strip (rows 16 mt, columns n0 .. n0 + 64 of this
+ * warp) times the BF16 tile X [64][kLdH], reduced over the quad, into out[half * 64 + row]. */
+__device__ __forceinline__ void strip_rowdot_h(const float (&c)[8][4], const bf16 *X, float *out)
+{
+    int warp = threadIdx.x >> 5, mt = warp >> 1, n0 = (warp & 1) * 64;
+    float r[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+            int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+            float2 x =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(X + i * kLdH + d));
+            r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e], x.x));
+            r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e + 1], x.y));
+        }
+    r[0] = quad_sum(r[0]);
+    r[1] = quad_sum(r[1]);
+    if ((threadIdx.x & 3) == 0) {
+        out[(warp & 1) * kC + 16 * mt + acc_row(0)] = r[0];
+        out[(warp & 1) * kC + 16 * mt + acc_row(2)] = r[1];
+    }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    grad_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, int64_t nchunks, const bf16 *q,
+                     const bf16 *k, const bf16 *v, const bf16 *dout, const float *gate,
+                     const float *beta, const bf16 *Vn, const bf16 *A, const bf16 *Tw,
+                     const bf16 *dVn, const bf16 *hs, const bf16 *dhs, bf16 *dv, float *dg,
+                     float *dbeta, bf16 *dqk_h)
+{
+    QC_GDN_SMEM(smb);
+    grad_fast_smem s(smb);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mt = warp >> 1;
+    int half = warp & 1, n0 = 64 * half, n1 = 32 * half;
+    /* the grid is (chunk, value head); taken in launch order as value head fastest, so the
+     * value heads of one q/k head [GDN-GVA] run together and share K and Q in L2 */
+    int64_t bid = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
+    int64_t ci = bid / p.hv, hvi = bid % p.hv;
+    int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
+    size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
+    size_t c0 = (static_cast<size_t>(hvi) * nchunks + ci) * kMaxD * kMaxD;
+    /* group 0: the chunk's rows; group 1: S and dS' */
+    tile_rows(false, kLdH, s.Kh, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    tile_rows(false, kLdH, s.Qh, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    tile_rows(false, kLdH, s.Vh, nc, v + (tok0 * p.hv + hvi) * kMaxD, p.hv * kMaxD);
+    tile_rows(false, kLdH, s.dOh, nc, dout + (tok0 * p.hv + hvi) * kMaxD, p.hv * kMaxD);
+    tile_rows(false, kLdH, s.Vnh, nc, Vn + row0 * kMaxD, kMaxD);
+    tile_rows(false, kLdH, s.dVh, nc, dVn + row0 * kMaxD, kMaxD);
+    tile_rows(true, kLdH64, s.Ah, nc, A + row0 * kC, kC);
+    tile_rows(true, kLdH64, s.Th, nc, Tw + row0 * kC, kC);
+    cp_commit();
+    for (int e = tid; e < kMaxD * 16; e += kThreads) {
+        int r = e >> 4, c8 = 8 * (e & 15);
+        cp_async16(s.Sh + r * kLdH + c8, hs + c0 + r * kMaxD + c8, true);
+        cp_async16(s.dSh + r * kLdH + c8, dhs + c0 + r * kMaxD + c8, true);
+    }
+    cp_commit();
+    if (warp == 0) {
+        float x0 = lane < nc ? gate[(tok0 + lane) * p.hv + hvi] : 0.0f;
+        float x1 = lane + 32 < nc ? gate[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+        s.Bt[lane] = lane < nc ? beta[(tok0 + lane) * p.hv + hvi] : 0.0f;
+        s.Bt[lane + 32] = lane + 32 < nc ? beta[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+        warp_cumsum64(x0, x1);
+        float gl = __shfl_sync(0xffffffffu, x1, 31);
+        s.G[lane] = x0;
+        s.G[lane + 32] = x1;
+        s.Ex[lane] = expf(x0);
+        s.Ex[lane + 32] = expf(x1);
+        s.F[lane] = expf(__fsub_rn(gl, x0));
+        s.F[lane + 32] = expf(__fsub_rn(gl, x1));
+    }
+    cp_wait<1>();
+    __syncthreads();
+    { /* dv = diag(beta) T^T dVn, and rows(T^T dVn . V) for dbeta */
+        float c[8][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_km(a, s.Th, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t b[4];
+                frag_b_kn(b, s.dVh, kLdH, n0 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+        float r[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+                float2 x = __bfloat1622float2(
+                    *reinterpret_cast<const __nv_bfloat162 *>(s.Vh + i * kLdH + d));
+                r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e], x.x));
+                r[e >> 1] = __fadd_rn(r[e >> 1], __fmul_rn(c[nt][e + 1], x.y));
+                if (i < nc)
+                    st_pair(dv + (static_cast<size_t>(tok0 + i) * p.hv + hvi) * kMaxD + d,
+                            __fmul_rn(s.Bt[i], c[nt][e]), __fmul_rn(s.Bt[i], c[nt][e + 1]));
+            }
+        r[0] = quad_sum(r[0]);
+        r[1] = quad_sum(r[1]);
+        if ((lane & 3) == 0) {
+            s.rv[half * kC + 16 * mt + acc_row(0)] = r[0];
+            s.rv[half * kC + 16 * mt + acc_row(2)] = r[1];
+        }
+    }
+    cp_wait<0>();
+    __syncthreads();
+    /* the sums over the value columns: dQ = dO S^T, dK = Vn dS'^T (kept to the end), dW =
+     * -dVn S^T (to shared memory, BF16: only an operand); sum(S . dS') */
+    float cQ[8][4] = {}, cK[8][4] = {};
+    {
+        float cW[8][4] = {};
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+            uint32_t ao[4], av[4], ad[4];
+            frag_a_mk(ao, s.dOh, kLdH, 16 * mt, k0);
+            frag_a_mk(av, s.Vnh, kLdH, 16 * mt, k0);
+            frag_a_mk(ad, s.dVh, kLdH, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t bs[4], bd[4];
+                frag_b_nk(bs, s.Sh, kLdH, n0 + 16 * np, k0);
+                frag_b_nk(bd, s.dSh, kLdH, n0 + 16 * np, k0);
+                mma2(cQ[2 * np], cQ[2 * np + 1], ao, bs);
+                mma2(cW[2 * np], cW[2 * np + 1], ad, bs);
+                mma2(cK[2 * np], cK[2 * np + 1], av, bd);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+                st_pair(s.dWh + i * kLdH + d, -cW[nt][e], -cW[nt][e + 1]);
+            }
+    }
+    {
+        float sd = 0.0f;
+        for (int e = tid; e < kMaxD * (kMaxD / 2); e += kThreads) {
+            int r = e / (kMaxD / 2), c = 2 * (e % (kMaxD / 2));
+            float2 x =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(s.Sh + r * kLdH + c));
+            float2 y =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(s.dSh + r * kLdH + c));
+            sd = __fadd_rn(sd, __fmul_rn(x.x, y.x));
+            sd = __fadd_rn(sd, __fmul_rn(x.y, y.y));
+        }
+        for (int off = 16; off > 0; off >>= 1)
+            sd = __fadd_rn(sd, __shfl_xor_sync(0xffffffffu, sd, off));
+        if (lane == 0)
+            s.red[warp] = sd;
+    }
+    /* dQ = scale E . (dO S^T), dK = F . (Vn dS'^T); their rows dotted with q and k */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = 16 * mt + acc_row(e);
+            cQ[nt][e] = __fmul_rn(cQ[nt][e], __fmul_rn(p.scale, s.Ex[i]));
+            cK[nt][e] = __fmul_rn(cK[nt][e], s.F[i]);
+        }
+    strip_rowdot_h(cQ, s.Qh, s.rq);
+    strip_rowdot_h(cK, s.Kh, s.rk);
+    /* S and dS' are free */
+    __syncthreads();
+    { /* dA = lower(dO Vn^T), dT = dVn (diag(beta) V)^T, Lg = strictlower(K K^T . Gamma) */
+        float cA[4][4] = {}, cT[4][4] = {}, cL[4][4] = {};
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+            uint32_t ao[4], ad[4], ak[4];
+            frag_a_mk(ao, s.dOh, kLdH, 16 * mt, k0);
+            frag_a_mk(ad, s.dVh, kLdH, 16 * mt, k0);
+            frag_a_mk(ak, s.Kh, kLdH, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t bn[4], bv[4], bk[4];
+                frag_b_nk(bn, s.Vnh, kLdH, n1 + 16 * np, k0);
+                frag_b_nk(bv, s.Vh, kLdH, n1 + 16 * np, k0);
+                frag_b_nk(bk, s.Kh, kLdH, n1 + 16 * np, k0);
+                mma2(cA[2 * np], cA[2 * np + 1], ao, bn);
+                mma2(cT[2 * np], cT[2 * np + 1], ad, bv);
+                mma2(cL[2 * np], cL[2 * np + 1], ak, bk);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                s.dAf[i * kLdC + j] = i >= j ? cA[nt][e] : 0.0f;
+                s.dTf[i * kLdC + j] = __fmul_rn(s.Bt[j], cT[nt][e]);
+                s.Lgf[i * kLdC + j] =
+                    i > j ? __fmul_rn(cL[nt][e], expf(__fsub_rn(s.G[i], s.G[j]))) : 0.0f;
+            }
+    }
+    /* V, dO, Vn and dVn are free */
+    __syncthreads();
+    { /* dT += dW (diag(beta E) K)^T, strictly lower, to BF16 */
+        float c[4][4] = {};
+        for (int k0 = 0; k0 < kMaxD; k0 += 16) {
+            uint32_t a[4];
+            frag_a_mk(a, s.dWh, kLdH, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                frag_b_nk(b, s.Kh, kLdH, n1 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                float x[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    x[h] = i > j + h ? __fadd_rn(s.dTf[i * kLdC + j + h],
+                                                 __fmul_rn(__fmul_rn(s.Bt[j + h], s.Ex[j + h]),
+                                                           c[nt][e + h]))
+                                     : 0.0f;
+                st_pair(s.dTh + i * kLdH64 + j, x[0], x[1]);
+            }
+    }
+    { /* Y = T^T dW: rows(Y . K) for dbeta and dG, dK += diag(beta E) Y */
+        float cY[8][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_km(a, s.Th, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t b[4];
+                frag_b_kn(b, s.dWh, kLdH, n0 + 16 * np, k0);
+                mma2(cY[2 * np], cY[2 * np + 1], a, b);
+            }
+        }
+        strip_rowdot_h(cY, s.Kh, s.ry);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e);
+                cK[nt][e] = __fadd_rn(cK[nt][e], __fmul_rn(__fmul_rn(s.Bt[i], s.Ex[i]), cY[nt][e]));
+            }
+    }
+    __syncthreads();
+    { /* P = T^T dT, BF16 */
+        float c[4][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_km(a, s.Th, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                frag_b_kn(b, s.dTh, kLdH64, n1 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                st_pair(s.Ph + i * kLdH64 + j, c[nt][e], c[nt][e + 1]);
+            }
+    }
+    __syncthreads();
+    { /* dL = -(P T^T), strictly lower, FP32 over dT */
+        float c[4][4] = {};
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t a[4];
+            frag_a_mk(a, s.Ph, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                frag_b_nk(b, s.Th, kLdH64, n1 + 16 * np, k0);
+                mma2(c[2 * np], c[2 * np + 1], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = 16 * mt + acc_row(e), j = n1 + acc_col(nt, e);
+                s.dTf[i * kLdC + j] = i > j ? -c[nt][e] : 0.0f;
+            }
+    }
+    __syncthreads();
+    const float *dLf = s.dTf;
+    { /* row r (and column r) by a quad, 16 elements a thread: rows and columns of dL . Lg and
+       * dA . A */
+        int r = tid >> 2, j0 = 16 * (tid & 3);
+        float l = 0.0f, m = 0.0f, cn = 0.0f, cm = 0.0f;
+        for (int j = j0; j < j0 + 16; j++) {
+            l = __fadd_rn(l, __fmul_rn(dLf[r * kLdC + j], s.Lgf[r * kLdC + j]));
+            m = __fadd_rn(m,
+                          __fmul_rn(s.dAf[r * kLdC + j], __bfloat162float(s.Ah[r * kLdH64 + j])));
+            cn = __fadd_rn(cn,
+                           __fmul_rn(s.Bt[j], __fmul_rn(dLf[j * kLdC + r], s.Lgf[j * kLdC + r])));
+            cm = __fadd_rn(cm,
+                           __fmul_rn(s.dAf[j * kLdC + r], __bfloat162float(s.Ah[j * kLdH64 + r])));
+        }
+        l = quad_sum(l);
+        m = quad_sum(m);
+        cn = quad_sum(cn);
+        cm = quad_sum(cm);
+        if ((tid & 3) == 0) {
+            s.rowL[r] = l;
+            s.rowM[r] = m;
+            s.colN[r] = cn;
+            s.colM[r] = cm;
+        }
+    }
+    /* dAs = scale dA . Gamma; Bl + Bl^T (Bl = dL . diag(beta) Gamma); BF16 */
+    for (int e = tid; e < kC * kC; e += kThreads) {
+        int i = e / kC, j = e % kC;
+        float gij = i >= j ? expf(__fsub_rn(s.G[i], s.G[j])) : 0.0f;
+        float gji = j >= i ? expf(__fsub_rn(s.G[j], s.G[i])) : 0.0f;
+        s.dAsh[i * kLdH64 + j] =
+            __float2bfloat16_rn(__fmul_rn(__fmul_rn(p.scale, s.dAf[i * kLdC + j]), gij));
+        s.Blh[i * kLdH64 + j] =
+            __float2bfloat16_rn(__fadd_rn(__fmul_rn(__fmul_rn(dLf[i * kLdC + j], s.Bt[i]), gij),
+                                          __fmul_rn(__fmul_rn(dLf[j * kLdC + i], s.Bt[j]), gji)));
+    }
+    __syncthreads();
+    { /* dq̂ = dQ + dAs K; dk̂ = dK + dAs^T Q + (Bl + Bl^T) K */
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t ad[4], at[4], ab[4];
+            frag_a_mk(ad, s.dAsh, kLdH64, 16 * mt, k0);
+            frag_a_km(at, s.dAsh, kLdH64, 16 * mt, k0);
+            frag_a_mk(ab, s.Blh, kLdH64, 16 * mt, k0);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t bk[4], bq[4];
+                frag_b_kn(bk, s.Kh, kLdH, n0 + 16 * np, k0);
+                frag_b_kn(bq, s.Qh, kLdH, n0 + 16 * np, k0);
+                mma2(cQ[2 * np], cQ[2 * np + 1], ad, bk);
+                mma2(cK[2 * np], cK[2 * np + 1], at, bq);
+                mma2(cK[2 * np], cK[2 * np + 1], ab, bk);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mt + acc_row(e), d = n0 + acc_col(nt, e);
+                if (i < nc) {
+                    size_t off = (static_cast<size_t>(tok0 + i) * p.hv + hvi) * kMaxD + d;
+                    /* BF16 [2][tokens][hv][128] for qk_sum_h_kernel */
+                    st_pair(dqk_h + off, cQ[nt][e], cQ[nt][e + 1]);
+                    st_pair(dqk_h + static_cast<size_t>(p.tokens) * p.hv * kMaxD + off, cK[nt][e],
+                            cK[nt][e + 1]);
+                }
+            }
+    }
+    if (tid < kC) { /* dbeta and dG of row i */
+        int i = tid;
+        float ywk = __fadd_rn(s.ry[i], s.ry[kC + i]);
+        float gq = __fadd_rn(s.rq[i], s.rq[kC + i]), gk = __fadd_rn(s.rk[i], s.rk[kC + i]);
+        float dbv = __fadd_rn(s.rv[i], s.rv[kC + i]);
+        float be = __fmul_rn(s.Bt[i], s.Ex[i]);
+        float db = __fadd_rn(__fadd_rn(dbv, __fmul_rn(s.Ex[i], ywk)), s.rowL[i]);
+        float x = __fsub_rn(gq, gk);
+        x = __fadd_rn(x, __fmul_rn(be, ywk));
+        x = __fadd_rn(x, __fsub_rn(s.rowM[i], s.colM[i]));
+        x = __fadd_rn(x, __fsub_rn(__fmul_rn(s.Bt[i], s.rowL[i]), s.colN[i]));
+        s.dG[i] = x;
+        s.gk[i] = gk;
+        if (i < nc)
+            dbeta[(tok0 + i) * p.hv + hvi] = db;
+    }
+    __syncthreads();
+    if (warp == 0) { /* the last row's terms, then dg = the reverse cumulative sum of dG */
+        float gsum = __fadd_rn(s.gk[lane], s.gk[lane + 32]);
+        for (int off = 16; off > 0; off >>= 1)
+            gsum = __fadd_rn(gsum, __shfl_xor_sync(0xffffffffu, gsum, off));
+        float sd = 0.0f;
+        for (int w = 0; w < kThreads / 32; w++)
+            sd = __fadd_rn(sd, s.red[w]);
+        float x0 = s.dG[lane], x1 = s.dG[lane + 32];
+        if (lane == 31)
+            x1 = __fadd_rn(x1, __fadd_rn(gsum, __fmul_rn(s.Ex[kC - 1], sd)));
+        for (int off = 1; off < 32; off <<= 1) {
+            float y0 = __shfl_down_sync(0xffffffffu, x0, off);
+            float y1 = __shfl_down_sync(0xffffffffu, x1, off);
+            if (lane + off < 32) {
+                x0 = __fadd_rn(x0, y0);
+                x1 = __fadd_rn(x1, y1);
+            }
+        }
+        x0 = __fadd_rn(x0, __shfl_sync(0xffffffffu, x1, 0));
+        if (lane < nc)
+            dg[(tok0 + lane) * p.hv + hvi] = x0;
+        if (lane + 32 < nc)
+            dg[(tok0 + lane + 32) * p.hv + hvi] = x1;
+    }
+}
+
+/* dq and dk (BF16) from the value heads' BF16 dq̂, dk̂ (d_hv, [2][tokens][hv][128]): one
+ * thread per 8 consecutive elements of dq (blockIdx.y 0) or dk (1), summed over the q/k head's
+ * value heads in increasing hv in FP32, as qk_sum_kernel. */
+__global__ void qk_sum_h_kernel(gdn_chunk_problem p, const bf16 *d_hv, bf16 *dq, bf16 *dk)
+{
+    int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= p.tokens * p.h * (kMaxD / 8))
+        return;
+    int64_t tok = e / (p.h * (kMaxD / 8)), hq = (e / (kMaxD / 8)) % p.h, d8 = 8 * (e % (kMaxD / 8));
+    int64_t grp = p.hv / p.h;
+    const bf16 *src = d_hv + blockIdx.y * static_cast<size_t>(p.tokens) * p.hv * kMaxD;
+    float acc[8] = {};
+    for (int64_t hv = hq * grp; hv < (hq + 1) * grp; hv++) {
+        uint4 u = *reinterpret_cast<const uint4 *>(src + (tok * p.hv + hv) * kMaxD + d8);
+        const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __bfloat1622float2(h2[j]);
+            acc[2 * j] = __fadd_rn(acc[2 * j], f.x);
+            acc[2 * j + 1] = __fadd_rn(acc[2 * j + 1], f.y);
+        }
+    }
+    uint4 out;
+    uint32_t *o32 = reinterpret_cast<uint32_t *>(&out);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        o32[j] = pack_bf16(acc[2 * j], acc[2 * j + 1]);
+    *reinterpret_cast<uint4 *>((blockIdx.y ? dk : dq) + (tok * p.h + hq) * kMaxD + d8) = out;
 }
 
 } // namespace

@@ -8,7 +8,9 @@
  * scale e^G . dO) and of the outputs. Two sequences of 150 and 70 tokens (both end inside a
  * chunk), two value heads on one q/k head, an initial state and a dht; the walks' workspace
  * inputs (W, U, A) are random: the walks are functions of them whatever produced them. First,
- * put_strip's two forms on distinct values. This checks the kernels' logic (indices, the tiles'
+ * put_strip's two forms on distinct values; last, the staged forward and backward end to end
+ * (wy_fast_kernel, the walks, grad_fast_kernel, qk_sum_h_kernel, as the plugin launches them)
+ * against qs_gdn_fwd and qs_gdn_bwd, with the bounds of gdn_bench's checks. This checks the kernels' logic (indices, the tiles'
  * layouts and swizzle, fragments, wgmma descriptors, the cp.async stages, barriers and proxy
  * fences, as PTX defines them: a hazard fails the launch) where there is no GPU; on a GPU
  * gdn_bench checks the whole path against the reference. Prints "ok N - ..." or "FAIL N - ..."
@@ -17,6 +19,9 @@
  * 0 when every case passes. */
 #define QC_EMU 1
 #include "qc_gdn_staged.cuh"
+
+#include "qspec/attention.h"
+#include "qspec/status.h"
 
 #include <algorithm>
 #include <cmath>
@@ -429,6 +434,166 @@ void strip_check()
            ran && bad == 0 ? "ok" : "FAIL", g_n, bad);
 }
 
+/* The staged path end to end, as launch_fast and launch_bwd_fast of cuda/qc_gdn_chunk.cu run
+ * it (mma.sync or wgmma walks, pairs or 16-byte stores), against the reference recurrence
+ * (qs_gdn_fwd) and its backward (qs_gdn_bwd): three sequences of 64, 0 and 200 tokens, four
+ * value heads on two q/k heads, l2-normalized q and k, an initial state, a dht and some gates
+ * at -30; the bounds of gdn_bench's checks of these kernels (2e-2 forward, 3e-2 backward). */
+struct e2e {
+    static constexpr int B = 3, TT = 264, HQ = 2, HVV = 4;
+    const int32_t cu[B + 1] = {0, 64, 64, 264};
+    std::vector<float> q, k, v, g, beta, h0, dout, dht;
+    std::vector<bf16> qb, kb, vb, dob;
+    std::vector<int32_t> chunks, chunk0;
+    qs_gdn_params p{};
+    e2e()
+    {
+        auto gauss = [] { return static_cast<float>(std::sqrt(-2.0 * std::log(0.5 * (uni() + 1.0) + 1e-300)) *
+                                                    std::cos(3.141592653589793 * uni())); };
+        auto bfr32 = [](float x) { return static_cast<float>(bf16(x)); };
+        q.resize(static_cast<size_t>(TT) * HQ * D);
+        k.resize(q.size());
+        for (std::vector<float> *y : {&q, &k})
+            for (size_t r = 0; r < static_cast<size_t>(TT) * HQ; r++) {
+                double ss = 0;
+                float row[D];
+                for (float &e : row) {
+                    e = gauss();
+                    ss += static_cast<double>(e) * e;
+                }
+                for (int d = 0; d < D; d++)
+                    (*y)[r * D + d] = bfr32(static_cast<float>(row[d] / std::sqrt(ss + 1e-6)));
+            }
+        v.resize(static_cast<size_t>(TT) * HVV * D);
+        dout.resize(v.size());
+        for (float &e : v)
+            e = bfr32(gauss());
+        for (float &e : dout)
+            e = bfr32(gauss());
+        g.resize(static_cast<size_t>(TT) * HVV);
+        beta.resize(g.size());
+        for (size_t e = 0; e < g.size(); e++) {
+            g[e] = e % 29 == 7 ? -30.0f : e % 13 == 4 ? 0.0f : static_cast<float>(-0.15 * (uni() + 1.0));
+            beta[e] = static_cast<float>(0.5 + 0.45 * uni());
+        }
+        h0.resize(static_cast<size_t>(B) * HVV * D * D);
+        dht.resize(h0.size());
+        for (float &e : h0)
+            e = 0.5f * gauss();
+        for (float &e : dht)
+            e = 0.5f * gauss();
+        qb.assign(q.begin(), q.end());
+        kb.assign(k.begin(), k.end());
+        vb.assign(v.begin(), v.end());
+        dob.assign(dout.begin(), dout.end());
+        for (int n = 0; n < B; n++) {
+            chunk0.push_back(static_cast<int32_t>(chunks.size() / 2));
+            for (int t = cu[n]; t < cu[n + 1]; t += C) {
+                chunks.push_back(t);
+                chunks.push_back(std::min(C, cu[n + 1] - t));
+            }
+        }
+        chunk0.push_back(static_cast<int32_t>(chunks.size() / 2));
+        p.b = B;
+        p.t = TT;
+        p.h = HQ;
+        p.hv = HVV;
+        p.dk = D;
+        p.dv = D;
+        p.cu_seqlens = cu;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+        p.dtype = QS_FP32;
+    }
+};
+
+template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
+{
+    constexpr int HVV = e2e::HVV, TT = e2e::TT, B = e2e::B;
+    const int64_t nch = static_cast<int64_t>(x.chunks.size() / 2);
+    const size_t rows = static_cast<size_t>(HVV) * TT, ns = x.h0.size();
+    qc::gdn_chunk_problem cp{B, 0, TT, e2e::HQ, HVV, D, D, x.p.scale, QS_FP32, x.cu};
+    const uint3e walk_grid{D / 64, HVV, B}, walk_block{128, 1, 1};
+    const uint3e wy_grid{static_cast<unsigned>(nch), HVV, 1}, block{qc::kThreads, 1, 1};
+    const bf16 nan = bf16(NAN);
+    std::vector<bf16> W(rows * D, nan), U(rows * D, nan), A(rows * C, nan), Tw(rows * C, nan),
+        dVn(rows * D, nan), hs(static_cast<size_t>(HVV) * nch * D * D, nan), dhs(hs.size(), nan),
+        dqk(2 * rows * D, nan), o(rows * D, nan), dq(x.q.size(), nan), dk(x.q.size(), nan),
+        dv(x.v.size(), nan);
+    std::vector<float> ht(ns, NAN), dg(x.g.size(), NAN), db(x.g.size(), NAN), dh0(ns, NAN);
+    char name[128];
+    /* the forward: wy_fast_kernel, then the walk with o */
+    bool ran = qc::emu::launch(wy_grid, block, qc::wy_fast_kernel<true, kWide>, cp,
+                               static_cast<const int32_t *>(x.chunks.data()), x.qb.data(),
+                               x.kb.data(), x.vb.data(), x.g.data(), x.beta.data(), W.data(),
+                               U.data(), A.data(), static_cast<bf16 *>(nullptr));
+    ran = ran && qc::emu::launch(walk_grid, walk_block, qc::state_lean_kernel<true, 4, kWg>, cp,
+                                 x.qb.data(), x.kb.data(), x.g.data(), W.data(), U.data(),
+                                 A.data(), x.h0.data(), o.data(), ht.data(),
+                                 static_cast<const int32_t *>(nullptr), int64_t{0},
+                                 static_cast<bf16 *>(nullptr), static_cast<bf16 *>(nullptr));
+    std::vector<float> ro(x.v.size()), rht(ns);
+    qs_status st = qs_gdn_fwd(ctx, &x.p, x.q.data(), x.k.data(), x.v.data(), x.g.data(),
+                              x.beta.data(), x.h0.data(), ro.data(), rht.data());
+    snprintf(name, sizeof name, "the staged forward against qs_gdn_fwd, %s walk, %s",
+             kWg ? "wgmma" : "mma.sync", kWide ? "16-byte rows" : "pairs");
+    double eo = rrms(wide(o), wide(ro)), eh = rrms(wide(ht), wide(rht));
+    g_n++;
+    bool ok = ran && st == QS_OK && eo <= 2e-2 && eh <= 2e-2;
+    g_fail += ok ? 0 : 1;
+    printf("%s %d - %s: o %.2e ht %.2e%s\n", ok ? "ok" : "FAIL", g_n, name, eo, eh,
+           ran ? "" : " (the launch failed)");
+    /* the backward: wy_fast_kernel keeping T, the state pass, the reverse walk, grad_fast_kernel,
+     * the sums over each q/k head's value heads */
+    ran = qc::emu::launch(wy_grid, block, qc::wy_fast_kernel<true, kWide>, cp,
+                          static_cast<const int32_t *>(x.chunks.data()), x.qb.data(), x.kb.data(),
+                          x.vb.data(), x.g.data(), x.beta.data(), W.data(), U.data(), A.data(),
+                          Tw.data());
+    ran = ran && qc::emu::launch(walk_grid, walk_block, qc::state_lean_kernel<false, 4, kWg>, cp,
+                                 static_cast<const bf16 *>(nullptr), x.kb.data(), x.g.data(),
+                                 W.data(), U.data(), static_cast<const bf16 *>(nullptr),
+                                 x.h0.data(), static_cast<bf16 *>(nullptr),
+                                 static_cast<float *>(nullptr), x.chunk0.data(), nch, hs.data(),
+                                 U.data());
+    ran = ran && qc::emu::launch(walk_grid, walk_block, qc::dstate_lean_kernel<4, kWg>, cp,
+                                 x.chunk0.data(), nch, x.qb.data(), x.kb.data(), x.dob.data(),
+                                 x.g.data(), W.data(), A.data(), x.dht.data(), dhs.data(),
+                                 dVn.data(), dh0.data());
+    ran = ran && qc::emu::launch(wy_grid, block, qc::grad_fast_kernel, cp,
+                                 static_cast<const int32_t *>(x.chunks.data()), nch, x.qb.data(),
+                                 x.kb.data(), x.vb.data(), x.dob.data(), x.g.data(),
+                                 x.beta.data(), static_cast<const bf16 *>(U.data()),
+                                 static_cast<const bf16 *>(A.data()),
+                                 static_cast<const bf16 *>(Tw.data()),
+                                 static_cast<const bf16 *>(dVn.data()),
+                                 static_cast<const bf16 *>(hs.data()),
+                                 static_cast<const bf16 *>(dhs.data()), dv.data(), dg.data(),
+                                 db.data(), dqk.data());
+    const unsigned nb = static_cast<unsigned>((x.q.size() / 8 + 255) / 256);
+    ran = ran && qc::emu::launch(uint3e{nb, 2, 1}, uint3e{256, 1, 1}, qc::qk_sum_h_kernel, cp,
+                                 static_cast<const bf16 *>(dqk.data()), dq.data(), dk.data());
+    std::vector<float> rdq(x.q.size()), rdk(x.q.size()), rdv(x.v.size()), rdg(x.g.size()),
+        rdb(x.g.size()), rdh0(ns);
+    st = qs_gdn_bwd(ctx, &x.p, x.q.data(), x.k.data(), x.v.data(), x.g.data(), x.beta.data(),
+                    x.h0.data(), x.dout.data(), x.dht.data(), rdq.data(), rdk.data(), rdv.data(),
+                    rdg.data(), rdb.data(), rdh0.data());
+    snprintf(name, sizeof name, "the staged backward against qs_gdn_bwd, %s walks, %s",
+             kWg ? "wgmma" : "mma.sync", kWide ? "16-byte rows" : "pairs");
+    const std::vector<std::pair<const char *, double>> errs = {
+        {"dq", rrms(wide(dq), wide(rdq))},    {"dk", rrms(wide(dk), wide(rdk))},
+        {"dv", rrms(wide(dv), wide(rdv))},    {"dg", rrms(wide(dg), wide(rdg))},
+        {"dbeta", rrms(wide(db), wide(rdb))}, {"dh0", rrms(wide(dh0), wide(rdh0))}};
+    ok = ran && st == QS_OK;
+    for (auto &e : errs)
+        ok = ok && e.second <= 3e-2;
+    g_n++;
+    g_fail += ok ? 0 : 1;
+    printf("%s %d - %s:", ok ? "ok" : "FAIL", g_n, name);
+    for (auto &e : errs)
+        printf(" %s %.2e", e.first, e.second);
+    printf("%s\n", ran ? "" : " (a launch failed)");
+    fflush(stdout);
+}
+
 } // namespace
 
 int main()
@@ -445,6 +610,11 @@ int main()
     run<4, true>(in, ref);
     run<8, false>(in, ref);
     run<8, true>(in, ref);
+    e2e x;
+    qs_ctx *ctx = qs_ctx_new();
+    run_e2e<false, false>(x, ctx);
+    run_e2e<true, true>(x, ctx);
+    qs_ctx_free(ctx);
     printf("gdn_emu: %d of %d passed\n", g_n - g_fail, g_n);
     return g_fail ? 1 : 0;
 }

@@ -856,6 +856,11 @@ template <typename V> inline V __shfl_sync(unsigned, V v, int src)
 {
     return qc::emu::shfl(v, src);
 }
+template <typename V> inline V __shfl_down_sync(unsigned, V v, int delta)
+{
+    int l = static_cast<int>(threadIdx.x & 31);
+    return qc::emu::shfl(v, l + delta < 32 ? l + delta : l);
+}
 template <typename V> inline V __shfl_up_sync(unsigned, V v, int delta)
 {
     int l = static_cast<int>(threadIdx.x & 31);
