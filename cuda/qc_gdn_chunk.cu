@@ -12,13 +12,15 @@
  * A partial last chunk is zero-padded (k, q, v, beta = 0, G held at its last valid value),
  * so padded rows contribute nothing. These kernels keep every tile in FP32 shared memory
  * and convert operands as they load them (BF16, or the TF32 pair); wy_fast_kernel and
- * state_lean_kernel below do the same work on BF16 tiles (kGdnMmaBf16Smem). The backward
- * (section "the backward" below) runs wy_kernel and state_kernel again, then dstate_kernel
- * (serial over the chunks in reverse) and grad_kernel (every chunk in parallel); the
- * BF16-staged backward (kGdnMmaBf16Smem, at the end) runs wy_fast_kernel and
- * state_lean_kernel, then dstate_lean_kernel and grad_fast_kernel on BF16 tiles, and sums
- * BF16 dq̂, dk̂ (qk_sum_h_kernel). The lean kernels hold the state (or its gradient) in the
- * accumulators of their mma tiles, 4 or 8 warps a block. */
+ * state_lean_kernel (cuda/qc_gdn_staged.cuh) do the same work on BF16 tiles
+ * (kGdnMmaBf16Smem). The backward (section "the backward" below) runs wy_kernel and
+ * state_kernel again, then dstate_kernel (serial over the chunks in reverse) and grad_kernel
+ * (every chunk in parallel); the BF16-staged backward (kGdnMmaBf16Smem, launched at the end)
+ * runs wy_fast_kernel and state_lean_kernel, then dstate_lean_kernel and grad_fast_kernel on
+ * BF16 tiles, and sums BF16 dq̂, dk̂ (qk_sum_h_kernel), all of qc_gdn_staged.cuh. The lean
+ * kernels hold the state (or its gradient) in the accumulators of their mma (or wgmma) tiles,
+ * 4 or 8 warps a block. This file keeps the FP32-tile kernels, the fused forward and the
+ * launchers. */
 #include <atomic>
 #include <cstdlib>
 #include <cuda_bf16.h>
@@ -410,8 +412,8 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
 /* kGdnMmaBf16Smem: the same algorithm with dk = dv = 128 and BF16 tiles in shared memory read by
  * ldmatrix, BF16 W, U and A in the workspace, and the state kernel's tiles of the next
  * chunk fetched by cp.async while the current one is computed. The FP32 state stays in the
- * walk's mma accumulators (state_lean_kernel); its BF16 rounding is the matmul operand. */
-
+ * walk's mma accumulators (state_lean_kernel); its BF16 rounding is the matmul operand. The
+ * kernels are those of cuda/qc_gdn_staged.cuh; here, which of their forms runs. */
 
 /* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide) and its
  * shared memory. */

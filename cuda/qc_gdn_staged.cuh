@@ -3,8 +3,9 @@
  * serial kernels state_lean_kernel (the forward's walk over a sequence's chunks, and the
  * backward's state pass) and dstate_lean_kernel (the backward's reverse walk), on mma.sync or
  * (kWg, sm_90a) wgmma, the backward's grad_fast_kernel and qk_sum_h_kernel, with the tile
- * primitives and the solve they share with the other kernels. With QC_EMU defined the header compiles as host C++ for the CPU emulator of
- * cuda/emu/qc_emu.h (tests/gdn_emu), which gives each instruction its PTX meaning. */
+ * primitives and the solve they share with the other kernels. With QC_EMU defined the header
+ * compiles as host C++ for the CPU emulator of cuda/emu/qc_emu.h (tests/gdn_emu), which gives each
+ * instruction its PTX meaning. */
 #ifndef QC_GDN_STAGED_CUH
 #define QC_GDN_STAGED_CUH
 
@@ -24,10 +25,10 @@ namespace qc
 namespace
 {
 
-constexpr int kC = 64;          /* chunk */
-constexpr int kMaxD = 128;      /* largest dk, dv */
-constexpr int kThreads = 256;   /* 8 warps */
-constexpr int kLdC = kC + 4;    /* row stride of FP32 [64][64] tiles */
+constexpr int kC = 64;        /* chunk */
+constexpr int kMaxD = 128;    /* largest dk, dv */
+constexpr int kThreads = 256; /* 8 warps */
+constexpr int kLdC = kC + 4;  /* row stride of FP32 [64][64] tiles */
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
@@ -49,7 +50,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
-
 /* Row and column (in the 16 x 8NT strip) of accumulator element e of tile n. */
 __device__ __forceinline__ int acc_row(int e)
 {
@@ -60,14 +60,12 @@ __device__ __forceinline__ int acc_col(int n, int e)
     return 8 * n + 2 * (threadIdx.x & 3) + (e & 1);
 }
 
-
 constexpr int kLdH = kMaxD + 8;           /* BF16 row stride of [64][128] tiles (272 B) */
 constexpr int kLdH64 = kC + 8;            /* BF16 row stride of [.][64] tiles (144 B) */
 constexpr int kTileH = kC * kLdH * 2;     /* bytes */
 constexpr int kTileH64 = kC * kLdH64 * 2; /* bytes */
 constexpr int kTileF = kC * kLdC * 4;     /* bytes, = kTileH */
 static_assert(kTileF == kTileH, "the FP32 [64][68] and BF16 [64][136] tiles alias");
-
 
 typedef __nv_bfloat16 bf16;
 
@@ -194,9 +192,9 @@ __device__ __forceinline__ void st_pair(bf16 *p, float x, float y)
     *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
 }
 
-/* How a warp's products are handed over (wy_la, wy_mul of cuda/qc_gdn_chunk.cu): a plain callable takes BF16 pairs,
- * put(i, j, x_j, x_{j+1}); a wide_put takes each row's eight columns j .. j + 7 as 16 bytes,
- * put.f(i, j, v), after a transpose within each quad of lanes (quad_transpose), so a
+/* How a warp's products are handed over (wy_la, wy_mul of cuda/qc_gdn_chunk.cu): a plain callable
+ * takes BF16 pairs, put(i, j, x_j, x_{j+1}); a wide_put takes each row's eight columns j .. j + 7
+ * as 16 bytes, put.f(i, j, v), after a transpose within each quad of lanes (quad_transpose), so a
  * thread stores 16 bytes where it stored four pairs. */
 template <class F> struct wide_put {
     F f;
@@ -295,7 +293,6 @@ __device__ __forceinline__ void warp_cumsum64(float &x0, float &x1)
     }
     x1 = __fadd_rn(x1, __shfl_sync(0xffffffffu, x0, 31));
 }
-
 
 /* x summed over the 4 lanes of a quad (those holding one accumulator row); every lane gets
  * the same value (each step adds a pair in both orders, which FP32 addition makes equal). */
@@ -519,8 +516,8 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
         };
         auto row8 = [=](int i, int j, uint4 x) {
             if (i < nc)
-                *reinterpret_cast<uint4 *>(dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) *
-                                                     ld + j) = x;
+                *reinterpret_cast<uint4 *>(
+                    dst + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * ld + j) = x;
         };
         if constexpr (kWide)
             return wide(row8);
@@ -583,8 +580,8 @@ template <bool kQA, int kW, bool kWg = false> struct lean_layout {
     static constexpr int kStage = kWg ? (kOffG + kC * 4 + 1023) / 1024 * 1024 : kOffG + kC * 4;
     static constexpr int kStg = kC * kLdT * 2;
     static constexpr int kVec = 3 * kC * 4;
-    static constexpr size_t kBytes = 2 * static_cast<size_t>(kStage) +
-                                     kW * static_cast<size_t>(kStg + kVec) + (kWg ? 1024 : 0);
+    static constexpr size_t kBytes =
+        2 * static_cast<size_t>(kStage) + kW * static_cast<size_t>(kStg + kVec) + (kWg ? 1024 : 0);
     /* the start of the layout in the dynamic shared memory s (kWg: aligned up to 1024 bytes) */
     static __device__ unsigned char *base(unsigned char *s)
     {
@@ -984,7 +981,8 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
         lean_rows<NT, 16>(L::lay_q(), L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
         lean_rows<NT, 16>(L::lay_q(), L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
         if (kOut) {
-            lean_rows<NT, 16>(L::lay_q(), L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+            lean_rows<NT, 16>(L::lay_q(), L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD,
+                              p.h * kMaxD);
             lean_rows<NT, 8>(L::lay_a(), L::A(smb, b), nc, A + row0 * kC, kC);
         }
         lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
@@ -1031,9 +1029,8 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
             wg_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
                                     L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv, vd, p.dv);
         else
-            lean_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b),
-                                      L::X(smb, b), L::A(smb, b), vec, stg, cw, nc, od,
-                                      p.hv * p.dv, vd, p.dv);
+            lean_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
+                                      L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv, vd, p.dv);
     }
     cp_wait<0>();
     if (ht)
@@ -1044,7 +1041,6 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
                 ht[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)] =
                     s[nt][e];
 }
-
 
 /* The wgmma form of dstate_lean_kernel's products (kWg; the four warps of a group one
  * warpgroup, accumulators and register operands in the mma.sync strips' layout, so the steps
@@ -1139,7 +1135,7 @@ __global__ void __launch_bounds__(32 * kW, 1)
         lean_rows<NT, 16>(L::lay_q(), L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
         lean_rows<NT, 16>(L::lay_q(), L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
         lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc,
-                      dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
+                                    dout + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
         lean_rows<NT, 8>(L::lay_a(), L::A(smb, b), nc, A + row0 * kC, kC);
         if (warp == 0)
             for (int i = lane; i < kC; i += 32)

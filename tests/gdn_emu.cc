@@ -10,13 +10,13 @@
  * inputs (W, U, A) are random: the walks are functions of them whatever produced them. First,
  * put_strip's two forms on distinct values; last, the staged forward and backward end to end
  * (wy_fast_kernel, the walks, grad_fast_kernel, qk_sum_h_kernel, as the plugin launches them)
- * against qs_gdn_fwd and qs_gdn_bwd, with the bounds of gdn_bench's checks. This checks the kernels' logic (indices, the tiles'
- * layouts and swizzle, fragments, wgmma descriptors, the cp.async stages, barriers and proxy
- * fences, as PTX defines them: a hazard fails the launch) where there is no GPU; on a GPU
- * gdn_bench checks the whole path against the reference. Prints "ok N - ..." or "FAIL N - ..."
- * with the relative RMS error of each output (the bound is 1e-3: the sums inside the products
- * run in another order than here, which moves an operand's BF16 rounding now and then); exits
- * 0 when every case passes. */
+ * against qs_gdn_fwd and qs_gdn_bwd, with the bounds of gdn_bench's checks. This checks the
+ * kernels' logic (indices, the tiles' layouts and swizzle, fragments, wgmma descriptors, the
+ * cp.async stages, barriers and proxy fences, as PTX defines them: a hazard fails the launch) where
+ * there is no GPU; on a GPU gdn_bench checks the whole path against the reference. Prints "ok N -
+ * ..." or "FAIL N - ..." with the relative RMS error of each output (the bound is 1e-3: the sums
+ * inside the products run in another order than here, which moves an operand's BF16 rounding now
+ * and then); exits 0 when every case passes. */
 #define QC_EMU 1
 #include "qc_gdn_staged.cuh"
 
@@ -165,7 +165,8 @@ walk_ref reference(const inputs &in)
                     for (int v = 0; v < D; v++) {
                         double qs = 0, av = 0;
                         for (int d = 0; d < D; d++)
-                            qs += at(in.q, static_cast<size_t>(tok0 + i) * H * D + d) * Sb[d * D + v];
+                            qs +=
+                                at(in.q, static_cast<size_t>(tok0 + i) * H * D + d) * Sb[d * D + v];
                         for (int j = 0; j < nc; j++)
                             av += at(in.A, (row0 + i) * C + j) * vb[j * D + v];
                         r.o[(static_cast<size_t>(tok0 + i) * HV + hv) * D + v] =
@@ -175,7 +176,8 @@ walk_ref reference(const inputs &in)
                     for (int v = 0; v < D; v++) {
                         double kv = 0;
                         for (int i = 0; i < nc; i++)
-                            kv += at(in.k, static_cast<size_t>(tok0 + i) * H * D + d) * v2[i * D + v];
+                            kv +=
+                                at(in.k, static_cast<size_t>(tok0 + i) * H * D + d) * v2[i * D + v];
                         S[d * D + v] = static_cast<float>(egl * S[d * D + v]) + kv;
                     }
             }
@@ -198,7 +200,8 @@ walk_ref reference(const inputs &in)
                         double kd = 0, oa_ = 0;
                         if (i < nc)
                             for (int d = 0; d < D; d++)
-                                kd += at(in.k, static_cast<size_t>(tok0 + i) * H * D + d) * dSb[d * D + v];
+                                kd += at(in.k, static_cast<size_t>(tok0 + i) * H * D + d) *
+                                      dSb[d * D + v];
                         for (int j = 0; j < nc; j++)
                             oa_ += at(in.dout, (static_cast<size_t>(tok0 + j) * HV + hv) * D + v) *
                                    at(in.A, (row0 + j) * C + i);
@@ -209,7 +212,8 @@ walk_ref reference(const inputs &in)
                             r.dvn[(row0 + i) * D + v] = bfr(x);
                         oa[i * D + v] =
                             i < nc ? bfr(static_cast<float>(
-                                         at(in.dout, (static_cast<size_t>(tok0 + i) * HV + hv) * D + v) *
+                                         at(in.dout,
+                                            (static_cast<size_t>(tok0 + i) * HV + hv) * D + v) *
                                          E[i]))
                                    : 0.0;
                     }
@@ -217,7 +221,8 @@ walk_ref reference(const inputs &in)
                     for (int v = 0; v < D; v++) {
                         double x = 0;
                         for (int j = 0; j < nc; j++)
-                            x += oa[j * D + v] * at(in.q, static_cast<size_t>(tok0 + j) * H * D + d) +
+                            x += oa[j * D + v] *
+                                     at(in.q, static_cast<size_t>(tok0 + j) * H * D + d) +
                                  na[j * D + v] * at(in.W, (row0 + j) * D + d);
                         dS[d * D + v] = static_cast<float>(egl * dS[d * D + v]) + x;
                     }
@@ -257,8 +262,8 @@ template <int kW, bool kWg> void run(const inputs &in, const walk_ref &ref)
         std::vector<bf16> o(static_cast<size_t>(T) * HV * D, bf16(0.0f));
         std::vector<float> ht(ref.ht.size(), 0.0f);
         bool ran = qc::emu::launch(grid, block, qc::state_lean_kernel<true, kW, kWg>, p,
-                                   in.q.data(), in.k.data(), in.g.data(), in.W.data(),
-                                   in.U.data(), in.A.data(), in.h0.data(), o.data(), ht.data(),
+                                   in.q.data(), in.k.data(), in.g.data(), in.W.data(), in.U.data(),
+                                   in.A.data(), in.h0.data(), o.data(), ht.data(),
                                    static_cast<const int32_t *>(nullptr), int64_t{0},
                                    static_cast<bf16 *>(nullptr), static_cast<bf16 *>(nullptr));
         snprintf(name, sizeof name, "state_lean_kernel, forward, %d warps, %s", kW,
@@ -268,12 +273,11 @@ template <int kW, bool kWg> void run(const inputs &in, const walk_ref &ref)
     /* the backward's state pass: the states before each chunk, Vn over U */
     {
         std::vector<bf16> hs(ref.hs.size(), bf16(0.0f)), vn = in.U;
-        bool ran = qc::emu::launch(grid, block, qc::state_lean_kernel<false, kW, kWg>, p,
-                                   static_cast<const bf16 *>(nullptr), in.k.data(), in.g.data(),
-                                   in.W.data(), vn.data(), static_cast<const bf16 *>(nullptr),
-                                   in.h0.data(), static_cast<bf16 *>(nullptr),
-                                   static_cast<float *>(nullptr), kChunk0, int64_t{NCH}, hs.data(),
-                                   vn.data());
+        bool ran = qc::emu::launch(
+            grid, block, qc::state_lean_kernel<false, kW, kWg>, p,
+            static_cast<const bf16 *>(nullptr), in.k.data(), in.g.data(), in.W.data(), vn.data(),
+            static_cast<const bf16 *>(nullptr), in.h0.data(), static_cast<bf16 *>(nullptr),
+            static_cast<float *>(nullptr), kChunk0, int64_t{NCH}, hs.data(), vn.data());
         snprintf(name, sizeof name, "state_lean_kernel, state pass, %d warps, %s", kW,
                  kWg ? "wgmma" : "mma.sync");
         report(name, {{"hs", rrms(wide(hs), ref.hs)}, {"vn", rrms(wide(vn), ref.vn)}}, ran);
@@ -282,10 +286,10 @@ template <int kW, bool kWg> void run(const inputs &in, const walk_ref &ref)
     {
         std::vector<bf16> dhs(ref.dhs.size(), bf16(0.0f)), dvn(ref.dvn.size(), bf16(0.0f));
         std::vector<float> dh0(ref.dh0.size(), 0.0f);
-        bool ran = qc::emu::launch(grid, block, qc::dstate_lean_kernel<kW, kWg>, p, kChunk0,
-                                   int64_t{NCH}, in.q.data(), in.k.data(), in.dout.data(),
-                                   in.g.data(), in.W.data(), in.A.data(), in.dht.data(),
-                                   dhs.data(), dvn.data(), dh0.data());
+        bool ran =
+            qc::emu::launch(grid, block, qc::dstate_lean_kernel<kW, kWg>, p, kChunk0, int64_t{NCH},
+                            in.q.data(), in.k.data(), in.dout.data(), in.g.data(), in.W.data(),
+                            in.A.data(), in.dht.data(), dhs.data(), dvn.data(), dh0.data());
         snprintf(name, sizeof name, "dstate_lean_kernel, %d warps, %s", kW,
                  kWg ? "wgmma" : "mma.sync");
         report(name,
@@ -351,7 +355,8 @@ wy_ref_t wy_reference(const inputs &in)
                         for (int j = 0; j <= i; j++) {
                             double tw = bfr(static_cast<float>(Tm[i][j]) *
                                             static_cast<float>(Bt[j] * std::exp(G[j])));
-                            double tu = bfr(static_cast<float>(Tm[i][j]) * static_cast<float>(Bt[j]));
+                            double tu =
+                                bfr(static_cast<float>(Tm[i][j]) * static_cast<float>(Bt[j]));
                             w += tw * at(in.k, static_cast<size_t>(tok0 + j) * H * D + d);
                             u += tu * at(in.v, (static_cast<size_t>(tok0 + j) * HV + hv) * D + d);
                         }
@@ -410,16 +415,15 @@ void strip_kernel(bf16 *pairs, bf16 *rows)
     qc::put_strip(0, 0, c, [&](int i, int j, float x0, float x1) {
         qc::st_pair(pairs + i * 64 + j, x0, x1);
     });
-    qc::put_strip(0, 0, c, qc::wide([&](int i, int j, uint4 v) {
-                      memcpy(rows + i * 64 + j, &v, 16);
-                  }));
+    qc::put_strip(0, 0, c,
+                  qc::wide([&](int i, int j, uint4 v) { memcpy(rows + i * 64 + j, &v, 16); }));
 }
 
 void strip_check()
 {
     std::vector<bf16> pairs(16 * 64, bf16(-1.0f)), rows(16 * 64, bf16(-1.0f));
-    bool ran = qc::emu::launch(uint3e{1, 1, 1}, uint3e{32, 1, 1}, strip_kernel, pairs.data(),
-                               rows.data());
+    bool ran =
+        qc::emu::launch(uint3e{1, 1, 1}, uint3e{32, 1, 1}, strip_kernel, pairs.data(), rows.data());
     int bad = 0;
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 64; j++) {
@@ -448,8 +452,10 @@ struct e2e {
     qs_gdn_params p{};
     e2e()
     {
-        auto gauss = [] { return static_cast<float>(std::sqrt(-2.0 * std::log(0.5 * (uni() + 1.0) + 1e-300)) *
-                                                    std::cos(3.141592653589793 * uni())); };
+        auto gauss = [] {
+            return static_cast<float>(std::sqrt(-2.0 * std::log(0.5 * (uni() + 1.0) + 1e-300)) *
+                                      std::cos(3.141592653589793 * uni()));
+        };
         auto bfr32 = [](float x) { return static_cast<float>(bf16(x)); };
         q.resize(static_cast<size_t>(TT) * HQ * D);
         k.resize(q.size());
@@ -473,7 +479,9 @@ struct e2e {
         g.resize(static_cast<size_t>(TT) * HVV);
         beta.resize(g.size());
         for (size_t e = 0; e < g.size(); e++) {
-            g[e] = e % 29 == 7 ? -30.0f : e % 13 == 4 ? 0.0f : static_cast<float>(-0.15 * (uni() + 1.0));
+            g[e] = e % 29 == 7   ? -30.0f
+                   : e % 13 == 4 ? 0.0f
+                                 : static_cast<float>(-0.15 * (uni() + 1.0));
             beta[e] = static_cast<float>(0.5 + 0.45 * uni());
         }
         h0.resize(static_cast<size_t>(B) * HVV * D * D);
@@ -526,11 +534,11 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
                                static_cast<const int32_t *>(x.chunks.data()), x.qb.data(),
                                x.kb.data(), x.vb.data(), x.g.data(), x.beta.data(), W.data(),
                                U.data(), A.data(), static_cast<bf16 *>(nullptr));
-    ran = ran && qc::emu::launch(walk_grid, walk_block, qc::state_lean_kernel<true, 4, kWg>, cp,
-                                 x.qb.data(), x.kb.data(), x.g.data(), W.data(), U.data(),
-                                 A.data(), x.h0.data(), o.data(), ht.data(),
-                                 static_cast<const int32_t *>(nullptr), int64_t{0},
-                                 static_cast<bf16 *>(nullptr), static_cast<bf16 *>(nullptr));
+    ran = ran &&
+          qc::emu::launch(walk_grid, walk_block, qc::state_lean_kernel<true, 4, kWg>, cp,
+                          x.qb.data(), x.kb.data(), x.g.data(), W.data(), U.data(), A.data(),
+                          x.h0.data(), o.data(), ht.data(), static_cast<const int32_t *>(nullptr),
+                          int64_t{0}, static_cast<bf16 *>(nullptr), static_cast<bf16 *>(nullptr));
     std::vector<float> ro(x.v.size()), rht(ns);
     qs_status st = qs_gdn_fwd(ctx, &x.p, x.q.data(), x.k.data(), x.v.data(), x.g.data(),
                               x.beta.data(), x.h0.data(), ro.data(), rht.data());
@@ -548,26 +556,24 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
                           static_cast<const int32_t *>(x.chunks.data()), x.qb.data(), x.kb.data(),
                           x.vb.data(), x.g.data(), x.beta.data(), W.data(), U.data(), A.data(),
                           Tw.data());
-    ran = ran && qc::emu::launch(walk_grid, walk_block, qc::state_lean_kernel<false, 4, kWg>, cp,
-                                 static_cast<const bf16 *>(nullptr), x.kb.data(), x.g.data(),
-                                 W.data(), U.data(), static_cast<const bf16 *>(nullptr),
-                                 x.h0.data(), static_cast<bf16 *>(nullptr),
-                                 static_cast<float *>(nullptr), x.chunk0.data(), nch, hs.data(),
-                                 U.data());
-    ran = ran && qc::emu::launch(walk_grid, walk_block, qc::dstate_lean_kernel<4, kWg>, cp,
-                                 x.chunk0.data(), nch, x.qb.data(), x.kb.data(), x.dob.data(),
-                                 x.g.data(), W.data(), A.data(), x.dht.data(), dhs.data(),
-                                 dVn.data(), dh0.data());
-    ran = ran && qc::emu::launch(wy_grid, block, qc::grad_fast_kernel, cp,
-                                 static_cast<const int32_t *>(x.chunks.data()), nch, x.qb.data(),
-                                 x.kb.data(), x.vb.data(), x.dob.data(), x.g.data(),
-                                 x.beta.data(), static_cast<const bf16 *>(U.data()),
-                                 static_cast<const bf16 *>(A.data()),
-                                 static_cast<const bf16 *>(Tw.data()),
-                                 static_cast<const bf16 *>(dVn.data()),
-                                 static_cast<const bf16 *>(hs.data()),
-                                 static_cast<const bf16 *>(dhs.data()), dv.data(), dg.data(),
-                                 db.data(), dqk.data());
+    ran =
+        ran && qc::emu::launch(walk_grid, walk_block, qc::state_lean_kernel<false, 4, kWg>, cp,
+                               static_cast<const bf16 *>(nullptr), x.kb.data(), x.g.data(),
+                               W.data(), U.data(), static_cast<const bf16 *>(nullptr), x.h0.data(),
+                               static_cast<bf16 *>(nullptr), static_cast<float *>(nullptr),
+                               x.chunk0.data(), nch, hs.data(), U.data());
+    ran = ran &&
+          qc::emu::launch(walk_grid, walk_block, qc::dstate_lean_kernel<4, kWg>, cp,
+                          x.chunk0.data(), nch, x.qb.data(), x.kb.data(), x.dob.data(), x.g.data(),
+                          W.data(), A.data(), x.dht.data(), dhs.data(), dVn.data(), dh0.data());
+    ran = ran && qc::emu::launch(
+                     wy_grid, block, qc::grad_fast_kernel, cp,
+                     static_cast<const int32_t *>(x.chunks.data()), nch, x.qb.data(), x.kb.data(),
+                     x.vb.data(), x.dob.data(), x.g.data(), x.beta.data(),
+                     static_cast<const bf16 *>(U.data()), static_cast<const bf16 *>(A.data()),
+                     static_cast<const bf16 *>(Tw.data()), static_cast<const bf16 *>(dVn.data()),
+                     static_cast<const bf16 *>(hs.data()), static_cast<const bf16 *>(dhs.data()),
+                     dv.data(), dg.data(), db.data(), dqk.data());
     const unsigned nb = static_cast<unsigned>((x.q.size() / 8 + 255) / 256);
     ran = ran && qc::emu::launch(uint3e{nb, 2, 1}, uint3e{256, 1, 1}, qc::qk_sum_h_kernel, cp,
                                  static_cast<const bf16 *>(dqk.data()), dq.data(), dk.data());

@@ -780,17 +780,15 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                                    hd = dev_ndiff(ht, ht_smem, ns * 4);
                 printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  %s; bytes "
                        "differing: o %llu, ht %llu",
-                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m, what,
-                       od, hd);
+                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m, what, od,
+                       hd);
                 return od + hd;
             };
             /* wy_fast_kernel's five tiles and its other stores: the same bytes */
-            g_fail += variant(&qc::gdn_wy_tiles, 5, "wy_fast with five tiles") ? 1 : 0;
-            g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide,
-                              qc::gdn_wy_wide ? "wy_fast storing pairs"
-                                              : "wy_fast storing 16-byte rows")
-                          ? 1
-                          : 0;
+            g_fail += variant(&qc::gdn_wy_tiles, 5, "wy_fast with five tiles") != 0;
+            const char *stores =
+                qc::gdn_wy_wide ? "wy_fast storing pairs" : "wy_fast storing 16-byte rows";
+            g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide, stores) != 0;
             if (qc::gdn_chunk_wgmma_available()) /* the walk on the other instructions */
                 variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
                         qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
@@ -875,8 +873,8 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                                qc::kGdnMmaBf16Fused, qc::kGdnMmaBf16Wg})) {
         auto bwd = [&] {
             return qc::gdn_chunk_bwd(cp, qc::gdn_chunk_staged(mma) ? narrow : plan, mma,
-                                     qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout,
-                                     nullptr, dq, dk, dv, dg, db, dh0, 0);
+                                     qc::kGdnIoBf16, q, k, v, g, beta, nullptr, dout, nullptr, dq,
+                                     dk, dv, dg, db, dh0, 0);
         };
         double med = median_ms(e0, e1, bwd);
         const bf16 *io[3] = {dq, dk, dv};
@@ -920,11 +918,9 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                        nd);
                 return nd;
             };
-            g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide,
-                              qc::gdn_wy_wide ? "wy_fast storing pairs"
-                                              : "wy_fast storing 16-byte rows")
-                          ? 1
-                          : 0;
+            const char *stores =
+                qc::gdn_wy_wide ? "wy_fast storing pairs" : "wy_fast storing 16-byte rows";
+            g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide, stores) != 0;
             if (qc::gdn_chunk_wgmma_available())
                 variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
                         qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
