@@ -36,18 +36,12 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+/* The tile primitives are the flash kernels' (cuda/qc_flash.cuh), which the emulator also
+ * gives: here with the GDN kernels' array and element types. */
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1)
 {
-#ifdef QC_EMU
-    const uint32_t a4[4] = {a[0], a[1], a[2], a[3]};
-    emu::mma16816<__nv_bfloat16>(c, a4, b0, b1);
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
+    fl::ops<__nv_bfloat16>::mma(c, a, b0, b1);
 }
 
 /* Row and column (in the 16 x 8NT strip) of accumulator element e of tile n. */
@@ -71,33 +65,17 @@ typedef __nv_bfloat16 bf16;
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
-#ifdef QC_EMU
-    return emu::smem_offset(p);
-#else
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-#endif
+    return fl::smem_addr(p);
 }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p)
 {
-#ifdef QC_EMU
-    emu::ldsm<false>(r, p);
-#else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-#endif
+    fl::ldsm_x4(r, p);
 }
 
 __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16 *p)
 {
-#ifdef QC_EMU
-    emu::ldsm<true>(r, p);
-#else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-#endif
+    fl::ldsm_x4_t(r, p);
 }
 
 /* Where element (r, c) (c a multiple of 8) of a BF16 tile lies: pad_layout, rows of ld
