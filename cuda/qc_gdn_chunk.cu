@@ -39,6 +39,20 @@ int gdn_wy_tiles = 0;
 int gdn_lean_wg = 0;
 int gdn_wy_wide = 0;
 
+void gdn_forms_from_env()
+{
+    static const bool once = [] {
+        const char *w = getenv("QSPEC_GDN_WY_WIDE");
+        if (w && (w[0] == '0' || w[0] == '1') && w[1] == 0)
+            gdn_wy_wide = w[0] - '0';
+        const char *l = getenv("QSPEC_GDN_LEAN_WG");
+        if (l && (l[0] == '0' || l[0] == '1') && l[1] == 0)
+            gdn_lean_wg = l[0] - '0';
+        return true;
+    }();
+    (void)once;
+}
+
 namespace
 {
 

@@ -86,6 +86,11 @@ extern int gdn_wy_wide;
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
 extern int gdn_wy_tiles;
 #ifndef QC_EMU
+/* Sets gdn_lean_wg and gdn_wy_wide from the environment the first time it is called, and never
+ * again: QSPEC_GDN_LEAN_WG and QSPEC_GDN_WY_WIDE, each "0" or "1" (another value, or none,
+ * keeps the default). The plugin calls it when it selects its GDN path, gdn_bench first thing,
+ * so a benchmark's later changes to the two are not undone. */
+void gdn_forms_from_env();
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);
 /* Whether kGdnMmaBf16Wg runs its wgmma kernels on the current device (else the fused ones). */

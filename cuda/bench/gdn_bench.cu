@@ -972,12 +972,8 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("gdn_bench on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-    const char *ww = getenv("QSPEC_GDN_WY_WIDE");
-    if (ww && (ww[0] == '0' || ww[0] == '1') && ww[1] == 0)
-        qc::gdn_wy_wide = ww[0] - '0';
+    qc::gdn_forms_from_env();
     const char *wg = getenv("QSPEC_GDN_LEAN_WG");
-    if (wg && (wg[0] == '0' || wg[0] == '1') && wg[1] == 0)
-        qc::gdn_lean_wg = wg[0] - '0';
     printf("chunk-bf16-smem: the walk's products on %s (QSPEC_GDN_LEAN_WG=%s)\n",
            qc::gdn_lean_wg && qc::gdn_chunk_wgmma_available() ? "wgmma" : "mma.sync",
            wg ? wg : "unset");
