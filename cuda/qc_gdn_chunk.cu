@@ -38,6 +38,7 @@ int gdn_lean_warps = 0;
 int gdn_wy_tiles = 0;
 int gdn_lean_wg = 0;
 int gdn_wy_wide = 0;
+int gdn_wy_gva = 0;
 
 void gdn_forms_from_env()
 {
@@ -45,6 +46,9 @@ void gdn_forms_from_env()
         const char *w = getenv("QSPEC_GDN_WY_WIDE");
         if (w && (w[0] == '0' || w[0] == '1') && w[1] == 0)
             gdn_wy_wide = w[0] - '0';
+        const char *a = getenv("QSPEC_GDN_WY_GVA");
+        if (a && (a[0] == '0' || a[0] == '1') && a[1] == 0)
+            gdn_wy_gva = a[0] - '0';
         const char *l = getenv("QSPEC_GDN_LEAN_WG");
         if (l && (l[0] == '0' || l[0] == '1') && l[1] == 0)
             gdn_lean_wg = l[0] - '0';
@@ -429,18 +433,25 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
  * walk's mma accumulators (state_lean_kernel); its BF16 rounding is the matmul operand. The
  * kernels are those of cuda/qc_gdn_staged.cuh; here, which of their forms runs. */
 
-/* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide) and its
- * shared memory. */
+/* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide), or
+ * wy_gva_kernel's (gdn_wy_gva, value heads grouped on q/k heads, the four-tile form), its shared
+ * memory and its grid's second dimension (value heads, or q/k heads). */
 struct wy_pick {
     decltype(&wy_fast_kernel<true, false>) fn;
     size_t smem;
+    unsigned heads;
 };
-wy_pick wy_fast_pick()
+wy_pick wy_fast_pick(const gdn_chunk_problem &p)
 {
     bool late = gdn_wy_tiles != wy_tiles(false);
+    if (gdn_wy_gva && late && p.hv > p.h)
+        return {gdn_wy_wide ? wy_gva_kernel<true> : wy_gva_kernel<false>, wy_smem(true),
+                static_cast<unsigned>(p.h)};
+    unsigned hv = static_cast<unsigned>(p.hv);
     if (gdn_wy_wide)
-        return {late ? wy_fast_kernel<true, true> : wy_fast_kernel<false, true>, wy_smem(late)};
-    return {late ? wy_fast_kernel<true, false> : wy_fast_kernel<false, false>, wy_smem(late)};
+        return {late ? wy_fast_kernel<true, true> : wy_fast_kernel<false, true>, wy_smem(late),
+                hv};
+    return {late ? wy_fast_kernel<true, false> : wy_fast_kernel<false, false>, wy_smem(late), hv};
 }
 
 /* The fused forward (kGdnMmaBf16Fused): wy_fast_kernel and state_lean_kernel<true, 4> in one
@@ -836,7 +847,7 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
                         const float *h0, void *o, float *ht, cudaStream_t st)
 {
     auto sk = state_pick<true>(lean_warps(p));
-    wy_pick wy = wy_fast_pick();
+    wy_pick wy = wy_fast_pick(p);
     cudaError_t err =
         cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     if (err == cudaSuccess)
@@ -849,7 +860,7 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     bf16 *A = U + static_cast<size_t>(p.hv) * p.tokens * p.dv;
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     if (plan.nchunks > 0)
-        wy.fn<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, wy.smem, st>>>(
+        wy.fn<<<dim3((unsigned)plan.nchunks, wy.heads), kThreads, wy.smem, st>>>(
             p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A, nullptr);
     if (p.nseq > 0)
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
@@ -1480,7 +1491,7 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
 {
     if (plan.ws_floats * 2 < static_cast<size_t>(p.hv) * p.tokens * kWsBwdFast)
         return cudaErrorInvalidValue;
-    wy_pick wy = wy_fast_pick();
+    wy_pick wy = wy_fast_pick(p);
     cudaError_t err =
         cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     int lw = lean_warps(p);
@@ -1521,7 +1532,7 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     if (err != cudaSuccess)
         return err;
     if (plan.nchunks > 0 && !fused) {
-        wy.fn<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, wy.smem, st>>>(
+        wy.fn<<<dim3((unsigned)plan.nchunks, wy.heads), kThreads, wy.smem, st>>>(
             p, plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
                 sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0,

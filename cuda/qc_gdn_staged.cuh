@@ -368,13 +368,17 @@ __device__ __forceinline__ void tile_rows(bool r64, int ldt, bf16 *t, int64_t nc
 
 /* wy_fast_kernel's products, one warp's share (also the fused forward's). wy_la: rows 16 mt ..
  * 16 mt + 15 and columns n0 .. n0 + 31 of L = (beta K K^T . Gamma) strictly below the diagonal
- * (into Lf, FP32) and of A = scale Q K^T . Gamma, A given to put (put_strip). */
-template <class Put, class Lay = pad_layout>
-__device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16 *Qh,
-                                      const float *G, const float *Bt, float *Lf, float scale,
-                                      Put put, Lay y = pad_layout{kLdH})
+ * (into Lf, FP32) and of A = scale Q K^T . Gamma, A given to put (put_strip): the products
+ * K K^T and Q K^T (wy_kq), then the gates and beta applied (wy_la_gates). */
+template <class Lay>
+__device__ __forceinline__ void wy_kq(int mt, int n0, const bf16 *Kh, const bf16 *Qh,
+                                      float (&ckk)[4][4], float (&cqk)[4][4], Lay y)
 {
-    float ckk[4][4] = {}, cqk[4][4] = {};
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            ckk[n][e] = cqk[n][e] = 0.0f;
     for (int k0 = 0; k0 < kMaxD; k0 += 16) {
         uint32_t ak[4], aq[4], b0[4], b1[4];
         frag_a_mk(ak, Kh, y, 16 * mt, k0);
@@ -386,16 +390,32 @@ __device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16
         mma2(cqk[0], cqk[1], aq, b0);
         mma2(cqk[2], cqk[3], aq, b1);
     }
+}
+template <class Put>
+__device__ __forceinline__ void wy_la_gates(int mt, int n0, const float (&ckk)[4][4],
+                                            const float (&cqk)[4][4], const float *G,
+                                            const float *Bt, float *Lf, float scale, Put put)
+{
+    float a[4][4];
 #pragma unroll
     for (int n = 0; n < 4; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) { /* cqk becomes A */
+        for (int e = 0; e < 4; e++) {
             int i = 16 * mt + acc_row(e), j = n0 + acc_col(n, e);
             float gam = i >= j ? expf(__fsub_rn(G[i], G[j])) : 0.0f;
             Lf[i * kLdC + j] = i > j ? __fmul_rn(__fmul_rn(Bt[i], ckk[n][e]), gam) : 0.0f;
-            cqk[n][e] = __fmul_rn(__fmul_rn(scale, cqk[n][e]), gam);
+            a[n][e] = __fmul_rn(__fmul_rn(scale, cqk[n][e]), gam);
         }
-    put_strip(16 * mt, n0, cqk, put);
+    put_strip(16 * mt, n0, a, put);
+}
+template <class Put, class Lay = pad_layout>
+__device__ __forceinline__ void wy_la(int mt, int n0, const bf16 *Kh, const bf16 *Qh,
+                                      const float *G, const float *Bt, float *Lf, float scale,
+                                      Put put, Lay y = pad_layout{kLdH})
+{
+    float ckk[4][4], cqk[4][4];
+    wy_kq(mt, n0, Kh, Qh, ckk, cqk, y);
+    wy_la_gates(mt, n0, ckk, cqk, G, Bt, Lf, scale, put);
 }
 
 /* Rows 16 mt .. 16 mt + 15 and columns n0 .. n0 + 63 of Ta [64][kLdH64] times B (64 deep, in
@@ -449,44 +469,61 @@ constexpr size_t wy_smem(bool late_v)
 {
     return wy_tiles(late_v) * static_cast<size_t>(kTileH) + 2 * kC * sizeof(float);
 }
-template <bool kLateV, bool kWide>
-__global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
-    wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
-                   const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
-                   bf16 *Tout)
+/* wy_fast_kernel's shared memory, the tiles K, Q, (V,) L, T, then G and beta; the solve's
+ * scratch P takes Q's tile once Q K^T is formed, Tw and Tu (BF16) Q's and L's once T is, and
+ * under kLateV V takes T's. */
+template <bool kLateV> struct wy_tiles_t {
+    bf16 *Kh, *Qh, *Vh, *Tw, *Tu;
+    float *Lf, *Tf, *Pf, *G, *Bt;
+    __device__ explicit wy_tiles_t(unsigned char *smb)
+    {
+        constexpr int kT = wy_tiles(kLateV);
+        Kh = reinterpret_cast<bf16 *>(smb);
+        Qh = reinterpret_cast<bf16 *>(smb + kTileH);
+        Lf = reinterpret_cast<float *>(smb + (kT - 2) * kTileH);
+        Tf = reinterpret_cast<float *>(smb + (kT - 1) * kTileH);
+        Vh = kLateV ? reinterpret_cast<bf16 *>(Tf) : reinterpret_cast<bf16 *>(smb + 2 * kTileH);
+        Pf = reinterpret_cast<float *>(Qh);
+        Tw = Qh;
+        Tu = reinterpret_cast<bf16 *>(Lf);
+        G = reinterpret_cast<float *>(smb + kT * kTileH);
+        Bt = G + kC;
+    }
+};
+
+/* T's tile zeroed (the solve's precondition), and by warp 0 the inclusive cumsum G of value
+ * head hvi's gates in the chunk and its beta (0 past nc). */
+template <bool kLateV>
+__device__ __forceinline__ void wy_prepare(const gdn_chunk_problem &p, const wy_tiles_t<kLateV> &t,
+                                           const float *gate, const float *beta, int64_t tok0,
+                                           int64_t nc, int64_t hvi)
 {
-    constexpr int kT = wy_tiles(kLateV);
-    QC_GDN_SMEM(smb);
-    bf16 *Kh = reinterpret_cast<bf16 *>(smb), *Qh = reinterpret_cast<bf16 *>(smb + kTileH);
-    float *Lf = reinterpret_cast<float *>(smb + (kT - 2) * kTileH);
-    float *Tf = reinterpret_cast<float *>(smb + (kT - 1) * kTileH);
-    bf16 *Vh = kLateV ? reinterpret_cast<bf16 *>(Tf) : reinterpret_cast<bf16 *>(smb + 2 * kTileH);
-    float *Pf = reinterpret_cast<float *>(Qh);         /* the solve's scratch, once Q is used */
-    bf16 *Tw = Qh, *Tu = reinterpret_cast<bf16 *>(Lf); /* after the solve */
-    float *G = reinterpret_cast<float *>(smb + kT * kTileH), *Bt = G + kC;
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    int64_t ci = blockIdx.x, hvi = blockIdx.y;
-    int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
-    const bf16 *vrows = v + (tok0 * p.hv + hvi) * kMaxD;
-    tile_rows(false, kLdH, Kh, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-    tile_rows(false, kLdH, Qh, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
-    if (!kLateV)
-        tile_rows(false, kLdH, Vh, nc, vrows, p.hv * kMaxD);
-    cp_commit();
+    int tid = threadIdx.x, lane = tid & 31;
     for (int e = tid; e < kC * kC; e += kThreads)
-        Tf[(e / kC) * kLdC + e % kC] = 0.0f;
-    if (warp == 0) {
+        t.Tf[(e / kC) * kLdC + e % kC] = 0.0f;
+    if (tid < 32) {
         float gr0 = lane < nc ? gate[(tok0 + lane) * p.hv + hvi] : 0.0f;
         float gr1 = lane + 32 < nc ? gate[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
-        Bt[lane] = lane < nc ? beta[(tok0 + lane) * p.hv + hvi] : 0.0f;
-        Bt[lane + 32] = lane + 32 < nc ? beta[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
+        t.Bt[lane] = lane < nc ? beta[(tok0 + lane) * p.hv + hvi] : 0.0f;
+        t.Bt[lane + 32] = lane + 32 < nc ? beta[(tok0 + lane + 32) * p.hv + hvi] : 0.0f;
         warp_cumsum64(gr0, gr1);
-        G[lane] = gr0;
-        G[lane + 32] = gr1;
+        t.G[lane] = gr0;
+        t.G[lane + 32] = gr1;
     }
-    cp_wait<0>();
-    __syncthreads();
-    /* A, W and U leave as BF16 pairs, or (kWide) as 16-byte pieces of a row */
+}
+
+/* Value head hvi's share of wy_fast_kernel once K K^T and Q K^T are in this warp's strips
+ * (ckk, cqk; wy_kq) and wy_prepare's G, beta and zeroed T are visible: L and A, the solve,
+ * Tw and Tu (T kept in Tout if not null), then (kLateV: V fetched into T's tile) W = Tw K and
+ * U = Tu V. A, W and U leave as BF16 pairs, or (kWide) as 16-byte pieces of a row. */
+template <bool kLateV, bool kWide>
+__device__ __forceinline__ void wy_head(const gdn_chunk_problem &p, const wy_tiles_t<kLateV> &t,
+                                        const float (&ckk)[4][4], const float (&cqk)[4][4],
+                                        const bf16 *v, int64_t tok0, int64_t nc, int64_t hvi,
+                                        bf16 *W, bf16 *U, bf16 *A, bf16 *Tout)
+{
+    int tid = threadIdx.x, warp = tid >> 5;
+    const bf16 *vrows = v + (tok0 * p.hv + hvi) * kMaxD;
     auto out = [&](bf16 *dst, int ld) {
         auto pair = [=](int i, int j, float x0, float x1) {
             if (i < nc)
@@ -502,16 +539,16 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
         else
             return pair;
     };
-    wy_la(warp >> 1, (warp & 1) * 32, Kh, Qh, G, Bt, Lf, p.scale, out(A, kC));
+    wy_la_gates(warp >> 1, (warp & 1) * 32, ckk, cqk, t.G, t.Bt, t.Lf, p.scale, out(A, kC));
     __syncthreads();
-    solve_t(Lf, Tf, Pf);
-    wy_scale_t<kThreads>(Tf, G, Bt, Tw, Tu, tid, [&](int i, int j, float t0, float t1) {
+    solve_t(t.Lf, t.Tf, t.Pf);
+    wy_scale_t<kThreads>(t.Tf, t.G, t.Bt, t.Tw, t.Tu, tid, [&](int i, int j, float t0, float t1) {
         if (Tout && i < nc) /* the backward keeps T, BF16 [hv][tokens][64] */
             st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
     });
     __syncthreads();
     if (kLateV) { /* T is formed into Tw and Tu: its tile takes V */
-        tile_rows(false, kLdH, Vh, nc, vrows, p.hv * kMaxD);
+        tile_rows(false, kLdH, t.Vh, nc, vrows, p.hv * kMaxD);
         cp_commit();
     }
     for (int pass = 0; pass < 2; pass++) { /* W = Tw K, U = Tu V */
@@ -519,8 +556,67 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
             cp_wait<0>();
             __syncthreads();
         }
-        wy_mul(warp >> 1, (warp & 1) * 64, pass ? Tu : Tw, pass ? Vh : Kh, pad_layout{kLdH},
+        wy_mul(warp >> 1, (warp & 1) * 64, pass ? t.Tu : t.Tw, pass ? t.Vh : t.Kh, pad_layout{kLdH},
                out(pass ? U : W, kMaxD));
+    }
+}
+
+/* Block (chunk, value head). */
+template <bool kLateV, bool kWide>
+__global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
+    wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
+                   const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
+                   bf16 *Tout)
+{
+    QC_GDN_SMEM(smb);
+    const wy_tiles_t<kLateV> t(smb);
+    int warp = threadIdx.x >> 5;
+    int64_t ci = blockIdx.x, hvi = blockIdx.y;
+    int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1], hq = hvi / (p.hv / p.h);
+    tile_rows(false, kLdH, t.Kh, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    tile_rows(false, kLdH, t.Qh, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    if (!kLateV)
+        tile_rows(false, kLdH, t.Vh, nc, v + (tok0 * p.hv + hvi) * kMaxD, p.hv * kMaxD);
+    cp_commit();
+    wy_prepare(p, t, gate, beta, tok0, nc, hvi);
+    cp_wait<0>();
+    __syncthreads();
+    float ckk[4][4], cqk[4][4];
+    wy_kq(warp >> 1, (warp & 1) * 32, t.Kh, t.Qh, ckk, cqk, pad_layout{kLdH});
+    wy_head<kLateV, kWide>(p, t, ckk, cqk, v, tok0, nc, hvi, W, U, A, Tout);
+}
+
+/* wy_fast_kernel<true, kWide> for all value heads of a q/k head (GVA: hv = grp h) in one block
+ * (chunk, q/k head): K and Q are fetched once and K K^T and Q K^T formed once, kept in the
+ * warps' accumulator strips, then each value head in turn takes its gates, beta and V, as
+ * wy_fast_kernel does. The same products in the same order: the same bytes, with a quarter of
+ * the K and Q fetches and of the K K^T and Q K^T products at grp = 4. */
+template <bool kWide>
+__global__ void __launch_bounds__(kThreads, 3)
+    wy_gva_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
+                  const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
+                  bf16 *Tout)
+{
+    QC_GDN_SMEM(smb);
+    const wy_tiles_t<true> t(smb);
+    int warp = threadIdx.x >> 5;
+    int64_t ci = blockIdx.x, hq = blockIdx.y, grp = p.hv / p.h;
+    int64_t tok0 = chunks[2 * ci], nc = chunks[2 * ci + 1];
+    tile_rows(false, kLdH, t.Kh, nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    tile_rows(false, kLdH, t.Qh, nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
+    cp_commit();
+    wy_prepare(p, t, gate, beta, tok0, nc, hq * grp);
+    cp_wait<0>();
+    __syncthreads();
+    float ckk[4][4], cqk[4][4];
+    wy_kq(warp >> 1, (warp & 1) * 32, t.Kh, t.Qh, ckk, cqk, pad_layout{kLdH});
+    for (int64_t r = 0; r < grp; r++) {
+        if (r > 0) {
+            __syncthreads(); /* the last head's products are done with Tw, Tu, V, G and beta */
+            wy_prepare(p, t, gate, beta, tok0, nc, hq * grp + r);
+            __syncthreads();
+        }
+        wy_head<true, kWide>(p, t, ckk, cqk, v, tok0, nc, hq * grp + r, W, U, A, Tout);
     }
 }
 

@@ -8,7 +8,8 @@
  * scale e^G . dO) and of the outputs. Two sequences of 150 and 70 tokens (both end inside a
  * chunk), two value heads on one q/k head, an initial state and a dht; the walks' workspace
  * inputs (W, U, A) are random: the walks are functions of them whatever produced them. First,
- * put_strip's two forms on distinct values; last, the staged forward and backward end to end
+ * put_strip's two forms on distinct values; wy_gva_kernel, which must give wy_fast_kernel's bytes;
+ * last, the staged forward and backward end to end
  * (wy_fast_kernel, the walks, grad_fast_kernel, qk_sum_h_kernel, as the plugin launches them)
  * against qs_gdn_fwd and qs_gdn_bwd, with the bounds of gdn_bench's checks. This checks the
  * kernels' logic (indices, the tiles' layouts and swizzle, fragments, wgmma descriptors, the
@@ -368,7 +369,12 @@ wy_ref_t wy_reference(const inputs &in)
     return r;
 }
 
-template <bool kLateV, bool kWide> void run_wy(const inputs &in, const wy_ref_t &ref)
+/* W, U, A and T of a wy kernel's launch on grid (chunks, heads). */
+struct wy_out {
+    std::vector<bf16> W, U, A, T;
+    bool ran;
+};
+template <class K> wy_out launch_wy(const inputs &in, const wy_ref_t &ref, K kernel, unsigned heads)
 {
     qc::gdn_chunk_problem p{NSEQ, 0, T, H, HV, D, D, in.scale, 0, kCu};
     std::vector<int32_t> chunks;
@@ -378,22 +384,50 @@ template <bool kLateV, bool kWide> void run_wy(const inputs &in, const wy_ref_t 
             chunks.push_back(std::min(C, kCu[n + 1] - t));
         }
     const bf16 nan = bf16(NAN);
-    std::vector<bf16> W(ref.W.size(), nan), U(ref.U.size(), nan), A(ref.A.size(), nan),
-        Tt(ref.T.size(), nan);
-    bool ran = qc::emu::launch(uint3e{static_cast<unsigned>(chunks.size() / 2), HV, 1},
-                               uint3e{qc::kThreads, 1, 1}, qc::wy_fast_kernel<kLateV, kWide>, p,
-                               static_cast<const int32_t *>(chunks.data()), in.q.data(),
-                               in.k.data(), in.v.data(), in.g.data(), in.beta.data(), W.data(),
-                               U.data(), A.data(), Tt.data());
+    wy_out r{std::vector<bf16>(ref.W.size(), nan), std::vector<bf16>(ref.U.size(), nan),
+             std::vector<bf16>(ref.A.size(), nan), std::vector<bf16>(ref.T.size(), nan), false};
+    r.ran = qc::emu::launch(
+        uint3e{static_cast<unsigned>(chunks.size() / 2), heads, 1}, uint3e{qc::kThreads, 1, 1},
+        kernel, p, static_cast<const int32_t *>(chunks.data()), in.q.data(), in.k.data(),
+        in.v.data(), in.g.data(), in.beta.data(), r.W.data(), r.U.data(), r.A.data(), r.T.data());
+    return r;
+}
+
+size_t ndiff(const std::vector<bf16> &a, const std::vector<bf16> &b)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < a.size(); i++)
+        n += memcmp(&a[i], &b[i], sizeof(bf16)) != 0;
+    return n;
+}
+
+/* wy_fast_kernel against the definitions; with four tiles, wy_gva_kernel (the value heads of a
+ * q/k head in one block) too, which must give the same bytes. */
+template <bool kLateV, bool kWide> void run_wy(const inputs &in, const wy_ref_t &ref)
+{
+    wy_out r = launch_wy(in, ref, qc::wy_fast_kernel<kLateV, kWide>, HV);
     char name[96];
     snprintf(name, sizeof name, "wy_fast_kernel, %s, %s", kLateV ? "four tiles" : "five tiles",
              kWide ? "16-byte rows" : "pairs");
     report(name,
-           {{"W", rrms(wide(W), ref.W)},
-            {"U", rrms(wide(U), ref.U)},
-            {"A", rrms(wide(A), ref.A)},
-            {"T", rrms(wide(Tt), ref.T)}},
-           ran);
+           {{"W", rrms(wide(r.W), ref.W)},
+            {"U", rrms(wide(r.U), ref.U)},
+            {"A", rrms(wide(r.A), ref.A)},
+            {"T", rrms(wide(r.T), ref.T)}},
+           r.ran);
+    if (!kLateV)
+        return;
+    wy_out g = launch_wy(in, ref, qc::wy_gva_kernel<kWide>, H);
+    size_t nd = ndiff(g.W, r.W) + ndiff(g.U, r.U) + ndiff(g.A, r.A) + ndiff(g.T, r.T);
+    snprintf(name, sizeof name, "wy_gva_kernel (%d value heads a block), %s: bytes differing %zu",
+             HV / H, kWide ? "16-byte rows" : "pairs", nd);
+    report(name,
+           {{"W", rrms(wide(g.W), ref.W)},
+            {"U", rrms(wide(g.U), ref.U)},
+            {"A", rrms(wide(g.A), ref.A)},
+            {"T", rrms(wide(g.T), ref.T)},
+            {"differing", static_cast<double>(nd)}},
+           g.ran);
 }
 
 /* The BF16 value of bits 0x3F80 + x (x < 1024: 1024 distinct finite values, 1.0 upwards). */

@@ -39,7 +39,8 @@
  * repeated with the walks on the other instructions, with the count of output bytes that
  * differ. QSPEC_GDN_WY_WIDE=0 or 1 (qc::gdn_wy_wide) makes wy_fast_kernel store W, U and A as
  * BF16 pairs or as 16-byte rows; each staged timing is repeated with the other, and must give
- * the same bytes. */
+ * the same bytes; likewise QSPEC_GDN_WY_GVA=0 or 1 (qc::gdn_wy_gva: wy_fast_kernel a value head
+ * a block, or wy_gva_kernel a q/k head's value heads a block). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -789,6 +790,10 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             const char *stores =
                 qc::gdn_wy_wide ? "wy_fast storing pairs" : "wy_fast storing 16-byte rows";
             g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide, stores) != 0;
+            if (hv > h) /* value heads on shared q/k heads: the other wy kernel, the same bytes */
+                g_fail += variant(&qc::gdn_wy_gva, !qc::gdn_wy_gva,
+                                  qc::gdn_wy_gva ? "wy_fast a value head a block"
+                                                 : "wy_gva, a q/k head's value heads a block") != 0;
             if (qc::gdn_chunk_wgmma_available()) /* the walk on the other instructions */
                 variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
                         qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
@@ -921,6 +926,10 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             const char *stores =
                 qc::gdn_wy_wide ? "wy_fast storing pairs" : "wy_fast storing 16-byte rows";
             g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide, stores) != 0;
+            if (hv > h)
+                g_fail += variant(&qc::gdn_wy_gva, !qc::gdn_wy_gva,
+                                  qc::gdn_wy_gva ? "wy_fast a value head a block"
+                                                 : "wy_gva, a q/k head's value heads a block") != 0;
             if (qc::gdn_chunk_wgmma_available())
                 variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
                         qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
