@@ -556,6 +556,9 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
     qc::gdn_chunk_problem cp{B, 0, TT, e2e::HQ, HVV, D, D, x.p.scale, QS_FP32, x.cu};
     const uint3e walk_grid{D / 64, HVV, B}, walk_block{128, 1, 1};
     const uint3e wy_grid{static_cast<unsigned>(nch), HVV, 1}, block{qc::kThreads, 1, 1};
+    /* the new forms take wy_gva_kernel, a block per (chunk, q/k head) */
+    const uint3e wy_grid_new{static_cast<unsigned>(nch), kWide ? e2e::HQ : HVV, 1};
+    auto wy_kernel = kWide ? qc::wy_gva_kernel<kWide> : qc::wy_fast_kernel<true, kWide>;
     const bf16 nan = bf16(NAN);
     std::vector<bf16> W(rows * D, nan), U(rows * D, nan), A(rows * C, nan), Tw(rows * C, nan),
         dVn(rows * D, nan), hs(static_cast<size_t>(HVV) * nch * D * D, nan), dhs(hs.size(), nan),
@@ -564,7 +567,7 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
     std::vector<float> ht(ns, NAN), dg(x.g.size(), NAN), db(x.g.size(), NAN), dh0(ns, NAN);
     char name[128];
     /* the forward: wy_fast_kernel, then the walk with o */
-    bool ran = qc::emu::launch(wy_grid, block, qc::wy_fast_kernel<true, kWide>, cp,
+    bool ran = qc::emu::launch(wy_grid_new, block, wy_kernel, cp,
                                static_cast<const int32_t *>(x.chunks.data()), x.qb.data(),
                                x.kb.data(), x.vb.data(), x.g.data(), x.beta.data(), W.data(),
                                U.data(), A.data(), static_cast<bf16 *>(nullptr));
@@ -577,7 +580,7 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
     qs_status st = qs_gdn_fwd(ctx, &x.p, x.q.data(), x.k.data(), x.v.data(), x.g.data(),
                               x.beta.data(), x.h0.data(), ro.data(), rht.data());
     snprintf(name, sizeof name, "the staged forward against qs_gdn_fwd, %s walk, %s",
-             kWg ? "wgmma" : "mma.sync", kWide ? "16-byte rows" : "pairs");
+             kWg ? "wgmma" : "mma.sync", kWide ? "16-byte rows, wy_gva" : "pairs");
     double eo = rrms(wide(o), wide(ro)), eh = rrms(wide(ht), wide(rht));
     g_n++;
     bool ok = ran && st == QS_OK && eo <= 2e-2 && eh <= 2e-2;
@@ -586,7 +589,7 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
            ran ? "" : " (the launch failed)");
     /* the backward: wy_fast_kernel keeping T, the state pass, the reverse walk, grad_fast_kernel,
      * the sums over each q/k head's value heads */
-    ran = qc::emu::launch(wy_grid, block, qc::wy_fast_kernel<true, kWide>, cp,
+    ran = qc::emu::launch(wy_grid_new, block, wy_kernel, cp,
                           static_cast<const int32_t *>(x.chunks.data()), x.qb.data(), x.kb.data(),
                           x.vb.data(), x.g.data(), x.beta.data(), W.data(), U.data(), A.data(),
                           Tw.data());
@@ -617,7 +620,7 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
                     x.h0.data(), x.dout.data(), x.dht.data(), rdq.data(), rdk.data(), rdv.data(),
                     rdg.data(), rdb.data(), rdh0.data());
     snprintf(name, sizeof name, "the staged backward against qs_gdn_bwd, %s walks, %s",
-             kWg ? "wgmma" : "mma.sync", kWide ? "16-byte rows" : "pairs");
+             kWg ? "wgmma" : "mma.sync", kWide ? "16-byte rows, wy_gva" : "pairs");
     const std::vector<std::pair<const char *, double>> errs = {
         {"dq", rrms(wide(dq), wide(rdq))},    {"dk", rrms(wide(dk), wide(rdk))},
         {"dv", rrms(wide(dv), wide(rdv))},    {"dg", rrms(wide(dg), wide(rdg))},
