@@ -39,6 +39,7 @@ int gdn_wy_tiles = 0;
 int gdn_lean_wg = 0;
 int gdn_wy_wide = 0;
 int gdn_wy_gva = 0;
+int gdn_tform = 0;
 
 void gdn_forms_from_env()
 {
@@ -49,6 +50,9 @@ void gdn_forms_from_env()
         const char *a = getenv("QSPEC_GDN_WY_GVA");
         if (a && (a[0] == '0' || a[0] == '1') && a[1] == 0)
             gdn_wy_gva = a[0] - '0';
+        const char *f = getenv("QSPEC_GDN_TFORM");
+        if (f && (f[0] == '0' || f[0] == '1') && f[1] == 0)
+            gdn_tform = f[0] - '0';
         const char *l = getenv("QSPEC_GDN_LEAN_WG");
         if (l && (l[0] == '0' || l[0] == '1') && l[1] == 0)
             gdn_lean_wg = l[0] - '0';
@@ -435,23 +439,26 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
 
 /* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide), or
  * wy_gva_kernel's (gdn_wy_gva, value heads grouped on q/k heads, the four-tile form), its shared
- * memory and its grid's second dimension (value heads, or q/k heads). */
+ * memory and its grid's second dimension (value heads, or q/k heads); kTf: the T form of the
+ * forward (gdn_tform, four tiles). */
 struct wy_pick {
     decltype(&wy_fast_kernel<true, false>) fn;
     size_t smem;
     unsigned heads;
 };
-wy_pick wy_fast_pick(const gdn_chunk_problem &p)
+template <bool kWide, bool kTf> wy_pick wy_pick_of(const gdn_chunk_problem &p)
 {
-    bool late = gdn_wy_tiles != wy_tiles(false);
+    bool late = kTf || gdn_wy_tiles != wy_tiles(false);
     if (gdn_wy_gva && late && p.hv > p.h)
-        return {gdn_wy_wide ? wy_gva_kernel<true> : wy_gva_kernel<false>, wy_smem(true),
-                static_cast<unsigned>(p.h)};
-    unsigned hv = static_cast<unsigned>(p.hv);
-    if (gdn_wy_wide)
-        return {late ? wy_fast_kernel<true, true> : wy_fast_kernel<false, true>, wy_smem(late),
-                hv};
-    return {late ? wy_fast_kernel<true, false> : wy_fast_kernel<false, false>, wy_smem(late), hv};
+        return {wy_gva_kernel<kWide, kTf>, wy_smem(true), static_cast<unsigned>(p.h)};
+    return {late ? wy_fast_kernel<true, kWide, kTf> : wy_fast_kernel<false, kWide>, wy_smem(late),
+            static_cast<unsigned>(p.hv)};
+}
+wy_pick wy_fast_pick(const gdn_chunk_problem &p, bool tform = false)
+{
+    if (tform)
+        return gdn_wy_wide ? wy_pick_of<true, true>(p) : wy_pick_of<false, true>(p);
+    return gdn_wy_wide ? wy_pick_of<true, false>(p) : wy_pick_of<false, false>(p);
 }
 
 /* The fused forward (kGdnMmaBf16Fused): wy_fast_kernel and state_lean_kernel<true, 4> in one
@@ -664,11 +671,11 @@ __global__ void __launch_bounds__(256, 1)
         auto fetch = [&](int64_t c, int b) {
             int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
             lean_rows<128, 16>(ty, L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
-                           it);
+                               it);
             lean_rows<128, 16>(ty, L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD,
-                           it);
+                               it);
             lean_rows<128, 8>(L::kLdX, L::V(smb, b), nc, v + (tok0 * p.hv + hvi) * p.dv + cv,
-                           p.hv * p.dv, it);
+                              p.hv * p.dv, it);
             if (iw == 0)
                 for (int i = lane; i < kC; i += 32) {
                     bool on = i < nc;
@@ -830,8 +837,17 @@ template <class Fn> struct serial_kernel {
     size_t smem;
     int cols;
 };
-template <bool kOut> serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_pick(int lw)
+template <bool kOut>
+serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_pick(int lw, bool tform = false)
 {
+    if constexpr (kOut)
+        if (tform) {
+            if (lw == 8)
+                return {state_lean_kernel<true, 8, false, true>, 256,
+                        lean_layout<true, 8, false, true>::kBytes, 128};
+            return {state_lean_kernel<true, 4, false, true>, 128,
+                    lean_layout<true, 4, false, true>::kBytes, 64};
+        }
     if (gdn_lean_wg && fl::wg::available()) {
         if (lw == 8)
             return {state_lean_kernel<kOut, 8, true>, 256, lean_layout<kOut, 8, true>::kBytes, 128};
@@ -846,8 +862,8 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
                         const void *k, const void *v, const float *g, const float *beta,
                         const float *h0, void *o, float *ht, cudaStream_t st)
 {
-    auto sk = state_pick<true>(lean_warps(p));
-    wy_pick wy = wy_fast_pick(p);
+    auto sk = state_pick<true>(lean_warps(p), gdn_tform != 0);
+    wy_pick wy = wy_fast_pick(p, gdn_tform != 0);
     cudaError_t err =
         cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     if (err == cudaSuccess)
@@ -862,9 +878,11 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     if (plan.nchunks > 0)
         wy.fn<<<dim3((unsigned)plan.nchunks, wy.heads), kThreads, wy.smem, st>>>(
             p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A, nullptr);
+    /* the T form's walk: Tu in W, the values in place of U */
+    const bf16 *xu = gdn_tform ? static_cast<const bf16 *>(v) : U;
     if (p.nseq > 0)
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
-                sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0,
+                sk.smem, st>>>(p, tq, tk, g, W, xu, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0,
                                nullptr, nullptr);
     return cudaGetLastError();
 }

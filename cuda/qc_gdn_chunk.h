@@ -86,14 +86,19 @@ extern int gdn_wy_wide;
  * heads) wy_gva_kernel: a block per (chunk, q/k head) that fetches K and Q and forms K K^T and
  * Q K^T once for the group's value heads. The same bytes either way. */
 extern int gdn_wy_gva;
+/* The staged forward's T form (otherwise 0, the default): wy keeps Tu = T diag(beta) and A, not
+ * W and U, and the walk forms Vn = Tu (V - e^G . (K S)) (lean_chunk_t), on mma.sync. Other
+ * roundings than the default's: another o, within the same bounds. */
+extern int gdn_tform;
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
 extern int gdn_wy_tiles;
 #ifndef QC_EMU
-/* Sets gdn_lean_wg, gdn_wy_wide and gdn_wy_gva from the environment the first time it is
- * called, and never again: QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE and QSPEC_GDN_WY_GVA, each "0" or
- * "1" (another value, or none, keeps the default). The plugin calls it when it selects its GDN
- * path, gdn_bench first thing, so a benchmark's later changes to them are not undone. */
+/* Sets gdn_lean_wg, gdn_wy_wide, gdn_wy_gva and gdn_tform from the environment the first time it
+ * is called, and never again: QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE, QSPEC_GDN_WY_GVA and
+ * QSPEC_GDN_TFORM, each "0" or "1" (another value, or none, keeps the default). The plugin calls it
+ * when it selects its GDN path, gdn_bench first thing, so a benchmark's later changes to them are
+ * not undone. */
 void gdn_forms_from_env();
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);

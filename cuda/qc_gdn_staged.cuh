@@ -515,8 +515,10 @@ __device__ __forceinline__ void wy_prepare(const gdn_chunk_problem &p, const wy_
 /* Value head hvi's share of wy_fast_kernel once K K^T and Q K^T are in this warp's strips
  * (ckk, cqk; wy_kq) and wy_prepare's G, beta and zeroed T are visible: L and A, the solve,
  * Tw and Tu (T kept in Tout if not null), then (kLateV: V fetched into T's tile) W = Tw K and
- * U = Tu V. A, W and U leave as BF16 pairs, or (kWide) as 16-byte pieces of a row. */
-template <bool kLateV, bool kWide>
+ * U = Tu V. A, W and U leave as BF16 pairs, or (kWide) as 16-byte pieces of a row. kTf (the T
+ * form of the forward, lean_chunk_t): no W and U; Tu = T diag(beta) leaves through W instead,
+ * BF16 [hv][tokens][64]. */
+template <bool kLateV, bool kWide, bool kTf = false>
 __device__ __forceinline__ void wy_head(const gdn_chunk_problem &p, const wy_tiles_t<kLateV> &t,
                                         const float (&ckk)[4][4], const float (&cqk)[4][4],
                                         const bf16 *v, int64_t tok0, int64_t nc, int64_t hvi,
@@ -547,6 +549,16 @@ __device__ __forceinline__ void wy_head(const gdn_chunk_problem &p, const wy_til
             st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
     });
     __syncthreads();
+    if constexpr (kTf) { /* Tu's rows, 16 bytes a copy */
+        for (int e = tid; e < kC * 8; e += kThreads) {
+            int i = e >> 3, c = e & 7;
+            if (i < nc)
+                *reinterpret_cast<uint4 *>(
+                    W + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + 8 * c) =
+                    *reinterpret_cast<const uint4 *>(t.Tu + i * kLdH64 + 8 * c);
+        }
+        return;
+    }
     if (kLateV) { /* T is formed into Tw and Tu: its tile takes V */
         tile_rows(false, kLdH, t.Vh, nc, vrows, p.hv * kMaxD);
         cp_commit();
@@ -562,12 +574,13 @@ __device__ __forceinline__ void wy_head(const gdn_chunk_problem &p, const wy_til
 }
 
 /* Block (chunk, value head). */
-template <bool kLateV, bool kWide>
+template <bool kLateV, bool kWide, bool kTf = false>
 __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
     wy_fast_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
                    const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
                    bf16 *Tout)
 {
+    static_assert(!kTf || kLateV, "the T form: four tiles");
     QC_GDN_SMEM(smb);
     const wy_tiles_t<kLateV> t(smb);
     int warp = threadIdx.x >> 5;
@@ -583,7 +596,7 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
     __syncthreads();
     float ckk[4][4], cqk[4][4];
     wy_kq(warp >> 1, (warp & 1) * 32, t.Kh, t.Qh, ckk, cqk, pad_layout{kLdH});
-    wy_head<kLateV, kWide>(p, t, ckk, cqk, v, tok0, nc, hvi, W, U, A, Tout);
+    wy_head<kLateV, kWide, kTf>(p, t, ckk, cqk, v, tok0, nc, hvi, W, U, A, Tout);
 }
 
 /* wy_fast_kernel<true, kWide> for all value heads of a q/k head (GVA: hv = grp h) in one block
@@ -591,7 +604,7 @@ __global__ void __launch_bounds__(kThreads, kLateV ? 3 : 2)
  * warps' accumulator strips, then each value head in turn takes its gates, beta and V, as
  * wy_fast_kernel does. The same products in the same order: the same bytes, with a quarter of
  * the K and Q fetches and of the K K^T and Q K^T products at grp = 4. */
-template <bool kWide>
+template <bool kWide, bool kTf = false>
 __global__ void __launch_bounds__(kThreads, 3)
     wy_gva_kernel(gdn_chunk_problem p, const int32_t *chunks, const bf16 *q, const bf16 *k,
                   const bf16 *v, const float *gate, const float *beta, bf16 *W, bf16 *U, bf16 *A,
@@ -616,7 +629,7 @@ __global__ void __launch_bounds__(kThreads, 3)
             wy_prepare(p, t, gate, beta, tok0, nc, hq * grp + r);
             __syncthreads();
         }
-        wy_head<true, kWide>(p, t, ckk, cqk, v, tok0, nc, hq * grp + r, W, U, A, Tout);
+        wy_head<true, kWide, kTf>(p, t, ckk, cqk, v, tok0, nc, hq * grp + r, W, U, A, Tout);
     }
 }
 
@@ -638,7 +651,7 @@ constexpr int kLdT = 24; /* BF16 row stride of a warp's [64][16] staging tile (4
  * and A have padded rows (kLdH, kLdH64) for the mma.sync walk, or (kWg, state_lean_kernel's
  * wgmma walk) the 128-byte swizzle of the wgmma operands (swz_layout<64>), each such tile
  * 1024-byte aligned from base(). */
-template <bool kQA, int kW, bool kWg = false> struct lean_layout {
+template <bool kQA, int kW, bool kWg = false, bool kTf = false> struct lean_layout {
     static_assert(kW == 4 || kW == 8, "4 or 8 warps");
     static constexpr int kCols = 16 * kW;
     static constexpr int kLdX = kCols + 8;
@@ -653,7 +666,7 @@ template <bool kQA, int kW, bool kWg = false> struct lean_layout {
     static constexpr int kOffG = kOffX + kTileX + (!kWg && kQA ? kTileA : 0);
     static constexpr int kStage = kWg ? (kOffG + kC * 4 + 1023) / 1024 * 1024 : kOffG + kC * 4;
     static constexpr int kStg = kC * kLdT * 2;
-    static constexpr int kVec = 3 * kC * 4;
+    static constexpr int kVec = (kTf ? 4 : 3) * kC * 4; /* the T form: e^G too */
     static constexpr size_t kBytes =
         2 * static_cast<size_t>(kStage) + kW * static_cast<size_t>(kStg + kVec) + (kWg ? 1024 : 0);
     /* the start of the layout in the dynamic shared memory s (kWg: aligned up to 1024 bytes) */
@@ -814,8 +827,9 @@ __device__ __forceinline__ void lean_store_state(bf16 *stg, const float (&s)[16]
 }
 
 /* Every warp's gate vectors of the chunk from the raw gates: v[0 .. 64) F = e^{G_l - G},
- * v[64 .. 128) scale e^G, v[128] e^{G_l}. */
-__device__ __forceinline__ void lean_gates(const float *graw, float *v, float scale)
+ * v[64 .. 128) scale e^G, v[128] e^{G_l}, and (eg) v[192 .. 256) e^G. */
+__device__ __forceinline__ void lean_gates(const float *graw, float *v, float scale,
+                                           bool eg = false)
 {
     int lane = threadIdx.x & 31;
     float x0 = graw[lane], x1 = graw[lane + 32];
@@ -827,6 +841,10 @@ __device__ __forceinline__ void lean_gates(const float *graw, float *v, float sc
     v[kC + lane + 32] = __fmul_rn(scale, expf(x1));
     if (lane == 0)
         v[2 * kC] = expf(gl);
+    if (eg) { /* the T form's e^G (3 kC floats from v) */
+        v[3 * kC + lane] = expf(x0);
+        v[3 * kC + lane + 32] = expf(x1);
+    }
     __syncwarp();
 }
 
@@ -890,18 +908,13 @@ template <int N> __device__ __forceinline__ void scale_all(float (&c)[N][4], flo
  * block's columns) and the warp's gate vectors: Vn^T = U^T - S^T W^T (into vn, over U, when vn
  * is not null), o^T = (S^T Q^T) . scale e^G + Vn^T A^T (kOut: rows < nc into o), S^T = e^{G_l}
  * S^T + (Vn^T . F) K. sa is S^T in BF16, the A operand. */
-template <bool kOut, int kLdX>
+/* lean_chunk's steps after Vn^T (va) and F . Vn^T (va2): o^T (kOut) and the state update. */
+template <bool kOut>
 __device__ __forceinline__ void
-lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
-           const bf16 *Qh, const bf16 *Uh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
-           int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
+lean_tail(float (&s)[16][4], const uint32_t (&sa)[8][4], const uint32_t (&va)[4][4],
+          const uint32_t (&va2)[4][4], const bf16 *Kh, const bf16 *Qh, const bf16 *Ah,
+          const float *vec, bf16 *stg, int64_t nc, bf16 *o, int64_t ostride)
 {
-    float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
-    strip_nk<8>(vt, sa, Wh, kLdH);
-    uint32_t va[4][4], va2[4][4];
-    lean_vn<kLdX>(vt, va, va2, Uh, vec, cw);
-    if (!kOut && vn)
-        lean_store_t(stg, vt, nc, vn, vnstride);
     if (kOut) { /* o^T = (S^T Q^T) . scale e^G + Vn^T A^T */
         float ot[8][4] = {};
         strip_nk<8>(ot, sa, Qh, kLdH);
@@ -919,6 +932,57 @@ lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const 
             frag_b_kn(bk, Kh, kLdH, 16 * np, 16 * kk);
             mma2(s[2 * np], s[2 * np + 1], va2[kk], bk);
         }
+}
+
+template <bool kOut, int kLdX>
+__device__ __forceinline__ void
+lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
+           const bf16 *Qh, const bf16 *Uh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
+           int64_t nc, bf16 *o, int64_t ostride, bf16 *vn, int64_t vnstride)
+{
+    float vt[8][4] = {}; /* S^T W^T, then Vn^T: value column acc_row(e), token acc_col */
+    strip_nk<8>(vt, sa, Wh, kLdH);
+    uint32_t va[4][4], va2[4][4];
+    lean_vn<kLdX>(vt, va, va2, Uh, vec, cw);
+    if (!kOut && vn)
+        lean_store_t(stg, vt, nc, vn, vnstride);
+    lean_tail<kOut>(s, sa, va, va2, Kh, Qh, Ah, vec, stg, nc, o, ostride);
+}
+
+/* The T form of lean_chunk's forward (gdn_tform): from Tu = T diag(beta) [64][kLdH64] and V (in
+ * place of U, the block's columns) instead of W and U, Vn = U - W S = Tu (V - e^G . (K S)), since
+ * U = Tu V and W = Tu diag(e^G) K: X^T = V^T - (S^T K^T) . e^G rounded to BF16, then
+ * Vn^T = X^T Tu^T; o and the state update as lean_chunk's. One more product in the chain
+ * (64 x 64 x 16 a warp), and W and U never formed. */
+template <int kLdX>
+__device__ __forceinline__ void
+lean_chunk_t(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Tuh, const bf16 *Kh,
+             const bf16 *Qh, const bf16 *Vh, const bf16 *Ah, const float *vec, bf16 *stg, int cw,
+             int64_t nc, bf16 *o, int64_t ostride)
+{
+    float xt[8][4] = {}; /* S^T K^T, then X^T */
+    strip_nk<8>(xt, sa, Kh, kLdH);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = acc_col(nt, e);
+            float v = __bfloat162float(Vh[i * kLdX + cw + acc_row(e)]);
+            xt[nt][e] = __fsub_rn(v, __fmul_rn(xt[nt][e], vec[3 * kC + i]));
+        }
+    uint32_t xa[4][4];
+    acc_to_a<4>(xa, xt);
+    float vt[8][4] = {}, v2[8][4]; /* Vn^T, F . Vn^T */
+    strip_nk<4>(vt, xa, Tuh, kLdH64);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            v2[nt][e] = __fmul_rn(vt[nt][e], vec[acc_col(nt, e)]);
+    uint32_t va[4][4], va2[4][4];
+    acc_to_a<4>(va, vt);
+    acc_to_a<4>(va2, v2);
+    lean_tail<true>(s, sa, va, va2, Kh, Qh, Ah, vec, stg, nc, o, ostride);
 }
 
 /* The wgmma form of lean_chunk (kGdnMmaBf16Wg): the four warps of the walk are one
@@ -1029,14 +1093,17 @@ wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf
  * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
  * every product rounded to BF16 as an operand, FP32 accumulation. kWg (sm_90a): the products
  * on wgmma (wg_chunk), each group of four warps one warpgroup of 64 columns, reading W, K, Q
- * and A from swizzled tiles once a warpgroup instead of once a warp; the same steps. */
-template <bool kOut, int kW, bool kWg = false>
+ * and A from swizzled tiles once a warpgroup instead of once a warp; the same steps. kTf (the
+ * forward on mma.sync only): the T form, lean_chunk_t, with Tu (BF16 [hv][tokens][64]) passed as
+ * W and the values v as U. */
+template <bool kOut, int kW, bool kWg = false, bool kTf = false>
 __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
     state_lean_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
                       const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
                       float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
 {
-    typedef lean_layout<kOut, kW, kWg> L;
+    static_assert(!kTf || (kOut && !kWg), "the T form: the forward on mma.sync");
+    typedef lean_layout<kOut, kW, kWg, kTf> L;
     constexpr int NT = 32 * kW;
     QC_GDN_SMEM(smlean);
     unsigned char *smb = L::base(smlean);
@@ -1052,14 +1119,21 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
     auto fetch = [&](int64_t c, int b) {
         int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        lean_rows<NT, 16>(L::lay_q(), L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
+        if (kTf) /* Tu in W's tile */
+            lean_rows<NT, 8>(L::lay_a(), L::W(smb, b), nc, W + row0 * kC, kC);
+        else
+            lean_rows<NT, 16>(L::lay_q(), L::W(smb, b), nc, W + row0 * kMaxD, kMaxD);
         lean_rows<NT, 16>(L::lay_q(), L::K(smb, b), nc, k + (tok0 * p.h + hq) * kMaxD, p.h * kMaxD);
         if (kOut) {
             lean_rows<NT, 16>(L::lay_q(), L::Q(smb, b), nc, q + (tok0 * p.h + hq) * kMaxD,
                               p.h * kMaxD);
             lean_rows<NT, 8>(L::lay_a(), L::A(smb, b), nc, A + row0 * kC, kC);
         }
-        lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
+        if (kTf) /* V, the block's columns */
+            lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc,
+                                        U + (tok0 * p.hv + hvi) * p.dv + cv, p.hv * p.dv);
+        else
+            lean_rows<NT, L::kCols / 8>(L::kLdX, L::X(smb, b), nc, U + row0 * p.dv + cv, p.dv);
         if (warp == 0)
             for (int i = lane; i < kC; i += 32)
                 cp_async4(L::graw(smb, b) + i, gate + (i < nc ? (tok0 + i) * p.hv + hvi : 0),
@@ -1096,10 +1170,13 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
         if constexpr (kWg) /* this thread's copies -> the wgmma of every warp (async proxy) */
             fence_async();
         __syncthreads(); /* stage b is visible */
-        lean_gates(L::graw(smb, b), vec, p.scale);
+        lean_gates(L::graw(smb, b), vec, p.scale, kTf);
         bf16 *od = kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr;
         bf16 *vd = !kOut && vn ? vn + row0 * p.dv + cv + cw : nullptr;
-        if constexpr (kWg) /* each warpgroup: its 64 of the block's columns */
+        if constexpr (kTf)
+            lean_chunk_t<L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
+                                  L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv);
+        else if constexpr (kWg) /* each warpgroup: its 64 of the block's columns */
             wg_chunk<kOut, L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
                                     L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv, vd, p.dv);
         else

@@ -637,6 +637,43 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
     fflush(stdout);
 }
 
+/* The T form of the staged forward (gdn_tform): wy (a value head a block, or kGva the q/k head's
+ * value heads) keeps Tu and A, and the walk of kW warps forms Vn = Tu (V - e^G . (K S)). */
+template <int kW, bool kGva> void run_e2e_tform(const e2e &x, qs_ctx *ctx)
+{
+    constexpr int HVV = e2e::HVV, TT = e2e::TT, B = e2e::B;
+    const int64_t nch = static_cast<int64_t>(x.chunks.size() / 2);
+    const size_t rows = static_cast<size_t>(HVV) * TT, ns = x.h0.size();
+    qc::gdn_chunk_problem cp{B, 0, TT, e2e::HQ, HVV, D, D, x.p.scale, QS_FP32, x.cu};
+    const bf16 nan = bf16(NAN);
+    std::vector<bf16> Tu(rows * C, nan), A(rows * C, nan), o(rows * D, nan);
+    std::vector<float> ht(ns, NAN);
+    auto wy = kGva ? qc::wy_gva_kernel<false, true> : qc::wy_fast_kernel<true, false, true>;
+    bool ran = qc::emu::launch(
+        uint3e{static_cast<unsigned>(nch), kGva ? e2e::HQ : HVV, 1}, uint3e{qc::kThreads, 1, 1}, wy,
+        cp, static_cast<const int32_t *>(x.chunks.data()), x.qb.data(), x.kb.data(), x.vb.data(),
+        x.g.data(), x.beta.data(), Tu.data(), static_cast<bf16 *>(nullptr), A.data(),
+        static_cast<bf16 *>(nullptr));
+    ran = ran &&
+          qc::emu::launch(uint3e{D / (16 * kW), HVV, B}, uint3e{32u * kW, 1, 1},
+                          qc::state_lean_kernel<true, kW, false, true>, cp, x.qb.data(),
+                          x.kb.data(), x.g.data(), static_cast<const bf16 *>(Tu.data()),
+                          x.vb.data(), static_cast<const bf16 *>(A.data()), x.h0.data(), o.data(),
+                          ht.data(), static_cast<const int32_t *>(nullptr), int64_t{0},
+                          static_cast<bf16 *>(nullptr), static_cast<bf16 *>(nullptr));
+    std::vector<float> ro(x.v.size()), rht(ns);
+    qs_status st = qs_gdn_fwd(ctx, &x.p, x.q.data(), x.k.data(), x.v.data(), x.g.data(),
+                              x.beta.data(), x.h0.data(), ro.data(), rht.data());
+    double eo = rrms(wide(o), wide(ro)), eh = rrms(wide(ht), wide(rht));
+    g_n++;
+    bool ok = ran && st == QS_OK && eo <= 2e-2 && eh <= 2e-2;
+    g_fail += ok ? 0 : 1;
+    printf("%s %d - the staged forward's T form against qs_gdn_fwd, %d warps, %s: o %.2e ht "
+           "%.2e%s\n",
+           ok ? "ok" : "FAIL", g_n, kW, kGva ? "wy_gva" : "wy_fast", eo, eh,
+           ran ? "" : " (the launch failed)");
+}
+
 } // namespace
 
 int main()
@@ -657,6 +694,8 @@ int main()
     qs_ctx *ctx = qs_ctx_new();
     run_e2e<false, false>(x, ctx);
     run_e2e<true, true>(x, ctx);
+    run_e2e_tform<4, false>(x, ctx);
+    run_e2e_tform<8, true>(x, ctx);
     qs_ctx_free(ctx);
     printf("gdn_emu: %d of %d passed\n", g_n - g_fail, g_n);
     return g_fail ? 1 : 0;
