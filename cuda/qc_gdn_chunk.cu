@@ -842,6 +842,15 @@ serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_pick(int lw, bool tfo
 {
     if constexpr (kOut)
         if (tform) {
+            if (gdn_lean_wg && fl::wg::available())
+                return lw == 8
+                           ? serial_kernel<
+                                 decltype(&state_lean_kernel<
+                                          kOut, 4>)>{state_lean_kernel<true, 8, true, true>, 256,
+                                                     lean_layout<true, 8, true, true>::kBytes, 128}
+                           : serial_kernel<decltype(&state_lean_kernel<kOut, 4>)>{
+                                 state_lean_kernel<true, 4, true, true>, 128,
+                                 lean_layout<true, 4, true, true>::kBytes, 64};
             if (lw == 8)
                 return {state_lean_kernel<true, 8, false, true>, 256,
                         lean_layout<true, 8, false, true>::kBytes, 128};

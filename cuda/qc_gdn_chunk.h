@@ -87,8 +87,8 @@ extern int gdn_wy_wide;
  * Q K^T once for the group's value heads. The same bytes either way. */
 extern int gdn_wy_gva;
 /* The staged forward's T form (otherwise 0, the default): wy keeps Tu = T diag(beta) and A, not
- * W and U, and the walk forms Vn = Tu (V - e^G . (K S)) (lean_chunk_t), on mma.sync. Other
- * roundings than the default's: another o, within the same bounds. */
+ * W and U, and the walk forms Vn = Tu (V - e^G . (K S)) (lean_chunk_t, or wg_chunk_t under
+ * gdn_lean_wg). Other roundings than the default's: another o, within the same bounds. */
 extern int gdn_tform;
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */

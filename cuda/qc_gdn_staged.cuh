@@ -949,6 +949,37 @@ lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const 
     lean_tail<kOut>(s, sa, va, va2, Kh, Qh, Ah, vec, stg, nc, o, ostride);
 }
 
+/* The T form's element-wise steps (lean_chunk_t): X^T = V^T - xt . e^G (xt = S^T K^T; V
+ * [64][kLdX], the warp's columns from cw) as A fragments; then from Vn^T, Vn^T and F . Vn^T as
+ * A fragments. */
+template <int kLdX>
+__device__ __forceinline__ void lean_x(const float (&xt)[8][4], uint32_t (&xa)[4][4],
+                                       const bf16 *Vh, const float *vec, int cw)
+{
+    float x[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = acc_col(nt, e);
+            float v = __bfloat162float(Vh[i * kLdX + cw + acc_row(e)]);
+            x[nt][e] = __fsub_rn(v, __fmul_rn(xt[nt][e], vec[3 * kC + i]));
+        }
+    acc_to_a<4>(xa, x);
+}
+__device__ __forceinline__ void lean_vn_t(const float (&vt)[8][4], uint32_t (&va)[4][4],
+                                          uint32_t (&va2)[4][4], const float *vec)
+{
+    float v2[8][4]; /* F . Vn^T */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            v2[nt][e] = __fmul_rn(vt[nt][e], vec[acc_col(nt, e)]);
+    acc_to_a<4>(va, vt);
+    acc_to_a<4>(va2, v2);
+}
+
 /* The T form of lean_chunk's forward (gdn_tform): from Tu = T diag(beta) [64][kLdH64] and V (in
  * place of U, the block's columns) instead of W and U, Vn = U - W S = Tu (V - e^G . (K S)), since
  * U = Tu V and W = Tu diag(e^G) K: X^T = V^T - (S^T K^T) . e^G rounded to BF16, then
@@ -962,26 +993,12 @@ lean_chunk_t(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Tuh, con
 {
     float xt[8][4] = {}; /* S^T K^T, then X^T */
     strip_nk<8>(xt, sa, Kh, kLdH);
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int i = acc_col(nt, e);
-            float v = __bfloat162float(Vh[i * kLdX + cw + acc_row(e)]);
-            xt[nt][e] = __fsub_rn(v, __fmul_rn(xt[nt][e], vec[3 * kC + i]));
-        }
     uint32_t xa[4][4];
-    acc_to_a<4>(xa, xt);
-    float vt[8][4] = {}, v2[8][4]; /* Vn^T, F . Vn^T */
+    lean_x<kLdX>(xt, xa, Vh, vec, cw);
+    float vt[8][4] = {}; /* Vn^T */
     strip_nk<4>(vt, xa, Tuh, kLdH64);
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            v2[nt][e] = __fmul_rn(vt[nt][e], vec[acc_col(nt, e)]);
     uint32_t va[4][4], va2[4][4];
-    acc_to_a<4>(va, vt);
-    acc_to_a<4>(va2, v2);
+    lean_vn_t(vt, va, va2, vec);
     lean_tail<true>(s, sa, va, va2, Kh, Qh, Ah, vec, stg, nc, o, ostride);
 }
 
@@ -1021,6 +1038,44 @@ __device__ __forceinline__ uint64_t wg_kdesc(const bf16 *t, int kk)
 }
 #endif
 
+#if QC_WGMMA
+/* wg_chunk's steps once Vn^T (va), F . Vn^T (va2) and (kOut) o^T's first part (ot, scaled) are
+ * formed: o^T += Vn^T A^T, S^T = e^{G_l} S^T + (F . Vn^T) K, o stored. */
+template <bool kOut>
+__device__ __forceinline__ void wg_tail(float (&s)[16][4], uint32_t (&va)[4][4],
+                                        uint32_t (&va2)[4][4], float (&ot)[8][4], const bf16 *Kh,
+                                        const bf16 *Ah, const float *vec, bf16 *stg, int64_t nc,
+                                        bf16 *o, int64_t ostride)
+{
+    namespace wg = fl::wg;
+    scale_all(s, vec[2 * kC]);
+    /* the accumulators and A fragments are written before the fence */
+    wg::keep<16>(s);
+    wg::keep<4>(va2);
+    if (kOut) {
+        wg::keep<8>(ot);
+        wg::keep<4>(va);
+    }
+    wg::wg_fence();
+    if (kOut) { /* o^T += Vn^T A^T: A [64 i][64 j] is B[k = j][n = i], K-major, one panel */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wg_rs_n64k(ot, va[kk], wg::desc(Ah + kk * 16, 16, 1024), 1);
+    }
+    /* S^T += (F . Vn^T) K: K [64 tokens][128 dk] is B[k][n], n contiguous (transposed) */
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        wg::mma_rs<bf16, 128>(s, va2[kk], wg::desc(Kh + kk * 16 * 64, 64 * 128, 1024), 1);
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::keep<16>(s);
+    if (kOut) {
+        wg::keep<8>(ot);
+        lean_store_t(stg, ot, nc, o, ostride);
+    }
+}
+#endif
+
 template <bool kOut, int kLdX>
 __device__ __forceinline__ void
 wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
@@ -1056,34 +1111,56 @@ wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf
         wg::keep<8>(ot);
         scale_cols(ot, vec + kC);
     }
-    scale_all(s, vec[2 * kC]);
-    /* the accumulators and A fragments are written before the fence */
-    wg::keep<16>(s);
-    wg::keep<4>(va2);
-    if (kOut) {
-        wg::keep<8>(ot);
-        wg::keep<4>(va);
-    }
-    wg::wg_fence();
-    if (kOut) { /* o^T += Vn^T A^T: A [64 i][64 j] is B[k = j][n = i], K-major, one panel */
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wg_rs_n64k(ot, va[kk], wg::desc(Ah + kk * 16, 16, 1024), 1);
-    }
-    /* S^T += (F . Vn^T) K: K [64 tokens][128 dk] is B[k][n], n contiguous (transposed) */
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-        wg::mma_rs<bf16, 128>(s, va2[kk], wg::desc(Kh + kk * 16 * 64, 64 * 128, 1024), 1);
-    wg::wg_commit();
-    wg::wg_wait<0>();
-    wg::keep<16>(s);
-    if (kOut) {
-        wg::keep<8>(ot);
-        lean_store_t(stg, ot, nc, o, ostride);
-    }
+    wg_tail<kOut>(s, va, va2, ot, Kh, Ah, vec, stg, nc, o, ostride);
 #else
     (void)s, (void)sa, (void)Wh, (void)Kh, (void)Qh, (void)Uh, (void)Ah, (void)vec, (void)stg;
     (void)cw, (void)nc, (void)o, (void)ostride, (void)vn, (void)vnstride;
+    __trap();
+#endif
+}
+
+/* The T form of wg_chunk (gdn_tform, lean_chunk_t's steps): X^T = V^T - (S^T K^T) . e^G while
+ * S^T Q^T computes, then Vn^T = X^T Tu^T (Tu [64 i][64 j] is B[k = j][n = i], K-major, swizzled
+ * as A's tile), and wg_chunk's tail. */
+template <int kLdX>
+__device__ __forceinline__ void wg_chunk_t(float (&s)[16][4], const uint32_t (&sa)[8][4],
+                                           const bf16 *Tuh, const bf16 *Kh, const bf16 *Qh,
+                                           const bf16 *Vh, const bf16 *Ah, const float *vec,
+                                           bf16 *stg, int cw, int64_t nc, bf16 *o, int64_t ostride)
+{
+#if QC_WGMMA
+    namespace wg = fl::wg;
+    float xt[8][4], ot[8][4], vt[8][4];
+    wg::keep<8>(const_cast<uint32_t(*)[4]>(sa));
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wg_rs_n64k(xt, sa[kk], wg_kdesc(Kh, kk), kk > 0);
+    wg::wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wg_rs_n64k(ot, sa[kk], wg_kdesc(Qh, kk), kk > 0);
+    wg::wg_commit();
+    wg::wg_wait<1>(); /* S^T K^T is done; S^T Q^T may still run */
+    wg::keep<8>(xt);
+    uint32_t xa[4][4];
+    lean_x<kLdX>(xt, xa, Vh, vec, cw);
+    wg::keep<4>(xa);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        wg_rs_n64k(vt, xa[kk], wg::desc(Tuh + kk * 16, 16, 1024), kk > 0);
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::keep<8>(vt);
+    wg::keep<8>(ot);
+    uint32_t va[4][4], va2[4][4];
+    lean_vn_t(vt, va, va2, vec);
+    scale_cols(ot, vec + kC);
+    wg_tail<true>(s, va, va2, ot, Kh, Ah, vec, stg, nc, o, ostride);
+#else
+    (void)s, (void)sa, (void)Tuh, (void)Kh, (void)Qh, (void)Vh, (void)Ah, (void)vec, (void)stg;
+    (void)cw, (void)nc, (void)o, (void)ostride;
     __trap();
 #endif
 }
@@ -1094,15 +1171,15 @@ wg_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf
  * every product rounded to BF16 as an operand, FP32 accumulation. kWg (sm_90a): the products
  * on wgmma (wg_chunk), each group of four warps one warpgroup of 64 columns, reading W, K, Q
  * and A from swizzled tiles once a warpgroup instead of once a warp; the same steps. kTf (the
- * forward on mma.sync only): the T form, lean_chunk_t, with Tu (BF16 [hv][tokens][64]) passed as
- * W and the values v as U. */
+ * forward only): the T form, lean_chunk_t or wg_chunk_t, with Tu (BF16 [hv][tokens][64]) passed
+ * as W and the values v as U. */
 template <bool kOut, int kW, bool kWg = false, bool kTf = false>
 __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
     state_lean_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
                       const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
                       float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
 {
-    static_assert(!kTf || (kOut && !kWg), "the T form: the forward on mma.sync");
+    static_assert(!kTf || kOut, "the T form: the forward");
     typedef lean_layout<kOut, kW, kWg, kTf> L;
     constexpr int NT = 32 * kW;
     QC_GDN_SMEM(smlean);
@@ -1173,7 +1250,10 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
         lean_gates(L::graw(smb, b), vec, p.scale, kTf);
         bf16 *od = kOut ? o + (static_cast<size_t>(tok0) * p.hv + hvi) * p.dv + cv + cw : nullptr;
         bf16 *vd = !kOut && vn ? vn + row0 * p.dv + cv + cw : nullptr;
-        if constexpr (kTf)
+        if constexpr (kTf && kWg)
+            wg_chunk_t<L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
+                                L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv);
+        else if constexpr (kTf)
             lean_chunk_t<L::kLdX>(s, sa, L::W(smb, b), L::K(smb, b), L::Q(smb, b), L::X(smb, b),
                                   L::A(smb, b), vec, stg, cw, nc, od, p.hv * p.dv);
         else if constexpr (kWg) /* each warpgroup: its 64 of the block's columns */

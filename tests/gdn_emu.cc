@@ -639,7 +639,7 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
 
 /* The T form of the staged forward (gdn_tform): wy (a value head a block, or kGva the q/k head's
  * value heads) keeps Tu and A, and the walk of kW warps forms Vn = Tu (V - e^G . (K S)). */
-template <int kW, bool kGva> void run_e2e_tform(const e2e &x, qs_ctx *ctx)
+template <int kW, bool kGva, bool kWg> void run_e2e_tform(const e2e &x, qs_ctx *ctx)
 {
     constexpr int HVV = e2e::HVV, TT = e2e::TT, B = e2e::B;
     const int64_t nch = static_cast<int64_t>(x.chunks.size() / 2);
@@ -656,10 +656,10 @@ template <int kW, bool kGva> void run_e2e_tform(const e2e &x, qs_ctx *ctx)
         static_cast<bf16 *>(nullptr));
     ran = ran &&
           qc::emu::launch(uint3e{D / (16 * kW), HVV, B}, uint3e{32u * kW, 1, 1},
-                          qc::state_lean_kernel<true, kW, false, true>, cp, x.qb.data(),
-                          x.kb.data(), x.g.data(), static_cast<const bf16 *>(Tu.data()),
-                          x.vb.data(), static_cast<const bf16 *>(A.data()), x.h0.data(), o.data(),
-                          ht.data(), static_cast<const int32_t *>(nullptr), int64_t{0},
+                          qc::state_lean_kernel<true, kW, kWg, true>, cp, x.qb.data(), x.kb.data(),
+                          x.g.data(), static_cast<const bf16 *>(Tu.data()), x.vb.data(),
+                          static_cast<const bf16 *>(A.data()), x.h0.data(), o.data(), ht.data(),
+                          static_cast<const int32_t *>(nullptr), int64_t{0},
                           static_cast<bf16 *>(nullptr), static_cast<bf16 *>(nullptr));
     std::vector<float> ro(x.v.size()), rht(ns);
     qs_status st = qs_gdn_fwd(ctx, &x.p, x.q.data(), x.k.data(), x.v.data(), x.g.data(),
@@ -668,10 +668,10 @@ template <int kW, bool kGva> void run_e2e_tform(const e2e &x, qs_ctx *ctx)
     g_n++;
     bool ok = ran && st == QS_OK && eo <= 2e-2 && eh <= 2e-2;
     g_fail += ok ? 0 : 1;
-    printf("%s %d - the staged forward's T form against qs_gdn_fwd, %d warps, %s: o %.2e ht "
+    printf("%s %d - the staged forward's T form against qs_gdn_fwd, %d warps, %s, %s: o %.2e ht "
            "%.2e%s\n",
-           ok ? "ok" : "FAIL", g_n, kW, kGva ? "wy_gva" : "wy_fast", eo, eh,
-           ran ? "" : " (the launch failed)");
+           ok ? "ok" : "FAIL", g_n, kW, kWg ? "wgmma" : "mma.sync", kGva ? "wy_gva" : "wy_fast", eo,
+           eh, ran ? "" : " (the launch failed)");
 }
 
 } // namespace
@@ -694,8 +694,10 @@ int main()
     qs_ctx *ctx = qs_ctx_new();
     run_e2e<false, false>(x, ctx);
     run_e2e<true, true>(x, ctx);
-    run_e2e_tform<4, false>(x, ctx);
-    run_e2e_tform<8, true>(x, ctx);
+    run_e2e_tform<4, false, false>(x, ctx);
+    run_e2e_tform<8, true, false>(x, ctx);
+    run_e2e_tform<4, true, true>(x, ctx);
+    run_e2e_tform<8, false, true>(x, ctx);
     qs_ctx_free(ctx);
     printf("gdn_emu: %d of %d passed\n", g_n - g_fail, g_n);
     return g_fail ? 1 : 0;
