@@ -42,8 +42,8 @@
  * the same bytes; likewise QSPEC_GDN_WY_GVA=0 or 1 (qc::gdn_wy_gva: wy_fast_kernel a value head
  * a block, or wy_gva_kernel a q/k head's value heads a block). QSPEC_GDN_TFORM=0 or 1
  * (qc::gdn_tform): the staged forward's T form, other roundings; the checks run again with the
- * other form (4 and 8 warps), and each staged forward timing is repeated in the T form (and with
- * wy_gva),
+ * other form (4 and 8 warps, both walks), and each staged forward timing is repeated in the T
+ * form (with and without wy_gva, on both walks),
  * printing its accuracy against the FP32 recurrence, which must meet the goal (o <= 0.005, ht
  * <= 0.004). */
 #include <cuda_bf16.h>
@@ -802,23 +802,29 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             if (qc::gdn_chunk_wgmma_available()) /* the walk on the other instructions */
                 variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
                         qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
-            /* the T form (other roundings): its time and accuracy, alone and with wy_gva */
-            for (int gva = 0; gva < (hv > h ? 2 : 1); gva++) {
-                int was_t = qc::gdn_tform, was_g = qc::gdn_wy_gva;
-                qc::gdn_tform = 1;
-                qc::gdn_wy_gva = gva;
-                double m = median_ms(e0, e1, fwd);
-                qc::gdn_tform = was_t;
-                qc::gdn_wy_gva = was_g;
-                bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
-                CHECK_CUDA(cudaDeviceSynchronize());
-                double eo = dev_rrms(of, oref, nv), eh = dev_rrms(ht, htref, ns);
-                printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the T form%s "
-                       "(Vn = Tu (V - e^G . K S) in the walk); o rrms %.5f  ht rrms %.5f",
-                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m,
-                       gva ? " and wy_gva" : "", eo, eh);
-                g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1; /* the issue's accuracy goal */
-            }
+            /* the T form (other roundings): its time and accuracy, alone and with wy_gva, with
+             * the walks on mma.sync and on wgmma */
+            const int nwg = qc::gdn_chunk_wgmma_available() ? 2 : 1;
+            for (int gva = 0; gva < (hv > h ? 2 : 1); gva++)
+                for (int wg = 0; wg < nwg; wg++) {
+                    int was_t = qc::gdn_tform, was_g = qc::gdn_wy_gva, was_w = qc::gdn_lean_wg;
+                    qc::gdn_tform = 1;
+                    qc::gdn_wy_gva = gva;
+                    qc::gdn_lean_wg = wg;
+                    double m = median_ms(e0, e1, fwd);
+                    qc::gdn_tform = was_t;
+                    qc::gdn_wy_gva = was_g;
+                    qc::gdn_lean_wg = was_w;
+                    bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
+                    CHECK_CUDA(cudaDeviceSynchronize());
+                    double eo = dev_rrms(of, oref, nv), eh = dev_rrms(ht, htref, ns);
+                    printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the T "
+                           "form%s, walk on %s (Vn = Tu (V - e^G . K S)); o rrms %.5f  ht rrms "
+                           "%.5f",
+                           kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m,
+                           gva ? " and wy_gva" : "", wg ? "wgmma" : "mma.sync", eo, eh);
+                    g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1; /* the issue's goal */
+                }
         }
         if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && o_smem) {
             unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
@@ -1053,14 +1059,19 @@ int main(int argc, char **argv)
             qc::gdn_lean_warps = 0;
             qc::gdn_lean_wg = !qc::gdn_lean_wg;
         }
-        qc::gdn_tform = !qc::gdn_tform; /* the staged forward's other form */
-        for (int lw : {4, 8}) {
-            printf("checks again with QSPEC_GDN_LEAN_WARPS=%d QSPEC_GDN_TFORM=%d\n", lw,
-                   qc::gdn_tform);
-            qc::gdn_lean_warps = lw;
-            checks(ctx);
-        }
+        qc::gdn_tform = !qc::gdn_tform; /* the staged forward's other form, both walks */
+        int wg0 = qc::gdn_lean_wg;
+        for (int wg = 0; wg < (qc::gdn_chunk_wgmma_available() ? 2 : 1); wg++)
+            for (int lw : {4, 8}) {
+                qc::gdn_lean_wg = wg;
+                printf("checks again with QSPEC_GDN_LEAN_WARPS=%d QSPEC_GDN_TFORM=%d "
+                       "QSPEC_GDN_LEAN_WG=%d\n",
+                       lw, qc::gdn_tform, wg);
+                qc::gdn_lean_warps = lw;
+                checks(ctx);
+            }
         qc::gdn_lean_warps = 0;
+        qc::gdn_lean_wg = wg0;
         qc::gdn_tform = !qc::gdn_tform;
     }
     qs_ctx_free(ctx);
