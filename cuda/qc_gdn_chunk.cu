@@ -44,18 +44,16 @@ int gdn_tform = 0;
 void gdn_forms_from_env()
 {
     static const bool once = [] {
-        const char *w = getenv("QSPEC_GDN_WY_WIDE");
-        if (w && (w[0] == '0' || w[0] == '1') && w[1] == 0)
-            gdn_wy_wide = w[0] - '0';
-        const char *a = getenv("QSPEC_GDN_WY_GVA");
-        if (a && (a[0] == '0' || a[0] == '1') && a[1] == 0)
-            gdn_wy_gva = a[0] - '0';
-        const char *f = getenv("QSPEC_GDN_TFORM");
-        if (f && (f[0] == '0' || f[0] == '1') && f[1] == 0)
-            gdn_tform = f[0] - '0';
-        const char *l = getenv("QSPEC_GDN_LEAN_WG");
-        if (l && (l[0] == '0' || l[0] == '1') && l[1] == 0)
-            gdn_lean_wg = l[0] - '0';
+        /* *knob from the variable name when it is "0" or "1" */
+        auto flag = [](const char *name, int *knob) {
+            const char *e = getenv(name);
+            if (e && (e[0] == '0' || e[0] == '1') && e[1] == 0)
+                *knob = e[0] - '0';
+        };
+        flag("QSPEC_GDN_WY_WIDE", &gdn_wy_wide);
+        flag("QSPEC_GDN_WY_GVA", &gdn_wy_gva);
+        flag("QSPEC_GDN_TFORM", &gdn_tform);
+        flag("QSPEC_GDN_LEAN_WG", &gdn_lean_wg);
         return true;
     }();
     (void)once;
