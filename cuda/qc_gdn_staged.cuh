@@ -903,11 +903,6 @@ template <int N> __device__ __forceinline__ void scale_all(float (&c)[N][4], flo
             c[nt][e] = __fmul_rn(c[nt][e], a);
 }
 
-/* One chunk of a lean walk by one warp (cw: its first column among the block's), from the
- * chunk's tiles W, K [64][kLdH], Q [64][kLdH] and A [64][kLdH64] (kOut), X (U, [64][kLdX], the
- * block's columns) and the warp's gate vectors: Vn^T = U^T - S^T W^T (into vn, over U, when vn
- * is not null), o^T = (S^T Q^T) . scale e^G + Vn^T A^T (kOut: rows < nc into o), S^T = e^{G_l}
- * S^T + (Vn^T . F) K. sa is S^T in BF16, the A operand. */
 /* lean_chunk's steps after Vn^T (va) and F . Vn^T (va2): o^T (kOut) and the state update. */
 template <bool kOut>
 __device__ __forceinline__ void
@@ -934,6 +929,11 @@ lean_tail(float (&s)[16][4], const uint32_t (&sa)[8][4], const uint32_t (&va)[4]
         }
 }
 
+/* One chunk of a lean walk by one warp (cw: its first column among the block's), from the
+ * chunk's tiles W, K [64][kLdH], Q [64][kLdH] and A [64][kLdH64] (kOut), X (U, [64][kLdX], the
+ * block's columns) and the warp's gate vectors: Vn^T = U^T - S^T W^T (into vn, over U, when vn
+ * is not null), o^T = (S^T Q^T) . scale e^G + Vn^T A^T (kOut: rows < nc into o), S^T = e^{G_l}
+ * S^T + (Vn^T . F) K. sa is S^T in BF16, the A operand. */
 template <bool kOut, int kLdX>
 __device__ __forceinline__ void
 lean_chunk(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Wh, const bf16 *Kh,
@@ -984,7 +984,7 @@ __device__ __forceinline__ void lean_vn_t(const float (&vt)[8][4], uint32_t (&va
  * place of U, the block's columns) instead of W and U, Vn = U - W S = Tu (V - e^G . (K S)), since
  * U = Tu V and W = Tu diag(e^G) K: X^T = V^T - (S^T K^T) . e^G rounded to BF16, then
  * Vn^T = X^T Tu^T; o and the state update as lean_chunk's. One more product in the chain
- * (64 x 64 x 16 a warp), and W and U never formed. */
+ * (16 x 64 x 64 a warp), and W and U never formed. */
 template <int kLdX>
 __device__ __forceinline__ void
 lean_chunk_t(float (&s)[16][4], const uint32_t (&sa)[8][4], const bf16 *Tuh, const bf16 *Kh,
