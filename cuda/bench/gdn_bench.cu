@@ -43,9 +43,8 @@
  * a block, or wy_gva_kernel a q/k head's value heads a block). QSPEC_GDN_TFORM=0 or 1
  * (qc::gdn_tform): the staged forward's T form, other roundings; the checks run again with the
  * other form (4 and 8 warps, both walks), and each staged forward timing is repeated in the T
- * form (with and without wy_gva, on both walks),
- * printing its accuracy against the FP32 recurrence, which must meet the goal (o <= 0.005, ht
- * <= 0.004). */
+ * form (with and without wy_gva, on both walks), printing its accuracy against the FP32
+ * recurrence, which must meet the goal (o <= 0.005, ht <= 0.004). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
