@@ -36,10 +36,13 @@ namespace qc
 
 int gdn_lean_warps = 0;
 int gdn_wy_tiles = 0;
-int gdn_lean_wg = 0;
-int gdn_wy_wide = 0;
-int gdn_wy_gva = 0;
-int gdn_tform = 0;
+/* The defaults: the forms gdn_bench timed fastest (docs/perf.md, "The T form and the other forms
+ * measured"): the walks on wgmma, 16-byte stores, the T form of the forward, and wy_gva_kernel
+ * in the T form only (in the W and U form it was slower). */
+int gdn_lean_wg = 1;
+int gdn_wy_wide = 1;
+int gdn_wy_gva = -1;
+int gdn_tform = 1;
 
 void gdn_forms_from_env()
 {
@@ -436,7 +439,7 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
  * kernels are those of cuda/qc_gdn_staged.cuh; here, which of their forms runs. */
 
 /* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide), or
- * wy_gva_kernel's (gdn_wy_gva, value heads grouped on q/k heads, the four-tile form), its shared
+ * wy_gva_kernel's (per gdn_wy_gva, value heads grouped on q/k heads, the four-tile form), its shared
  * memory and its grid's second dimension (value heads, or q/k heads); kTf: the T form of the
  * forward (gdn_tform, four tiles). */
 struct wy_pick {
@@ -447,7 +450,8 @@ struct wy_pick {
 template <bool kWide, bool kTf> wy_pick wy_pick_of(const gdn_chunk_problem &p)
 {
     bool late = kTf || gdn_wy_tiles != wy_tiles(false);
-    if (gdn_wy_gva && late && p.hv > p.h)
+    bool gva = gdn_wy_gva > 0 || (gdn_wy_gva < 0 && kTf);
+    if (gva && late && p.hv > p.h)
         return {wy_gva_kernel<kWide, kTf>, wy_smem(true), static_cast<unsigned>(p.h)};
     return {late ? wy_fast_kernel<true, kWide, kTf> : wy_fast_kernel<false, kWide>, wy_smem(late),
             static_cast<unsigned>(p.hv)};

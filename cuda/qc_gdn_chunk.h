@@ -30,12 +30,12 @@ enum gdn_chunk_mma {
  * kGdnIoBf16 only. Its backward keeps T and dVn in the workspace too, and the states before
  * and the state gradients after each chunk (plan.hs, plan.dhs) in BF16. Its serial kernels
  * are the lean ones (state and state gradient in registers, 4 or 8 warps a block;
- * gdn_lean_warps fixes the choice). kGdnMmaBf16Fused: the same forward in one kernel (W, U
- * and A never leave shared memory; o and the final state bitwise those of kGdnMmaBf16Smem,
- * whose backward it shares). kGdnMmaBf16Wg: kGdnMmaBf16Fused with the walk's products on wgmma
- * (sm_90a; elsewhere kGdnMmaBf16Fused runs): the same steps in another accumulation order
- * inside the tensor-core products, so close to it but not its bits; its backward's first
- * pass is the wgmma kernel too. */
+ * gdn_lean_warps fixes the choice; gdn_tform and the other forms below). kGdnMmaBf16Fused:
+ * the same forward in one kernel (W, U and A never leave shared memory; o and the final state
+ * bitwise those of kGdnMmaBf16Smem in its W and U form, whose backward it shares). kGdnMmaBf16Wg:
+ * kGdnMmaBf16Fused with the walk's products on wgmma (sm_90a; elsewhere kGdnMmaBf16Fused runs): the
+ * same steps in another accumulation order inside the tensor-core products, so close to it but not
+ * its bits; its backward's first pass is the wgmma kernel too. */
 /* The BF16-staged kernels' modes (dk = dv = 128, kGdnIoBf16). */
 inline bool gdn_chunk_staged(int mma)
 {
@@ -74,21 +74,25 @@ struct gdn_chunk_plan {
 /* The lean kernels' warps a block for the benchmark (the plugin leaves it at 0), read at each
  * call: 4 or 8 fixes it; 0 chooses by the problem's size. */
 extern int gdn_lean_warps;
-/* The lean walks of kGdnMmaBf16Smem (state_lean_kernel, the forward and the backward's state
- * pass, and dstate_lean_kernel): 0 (the default) mma.sync on every device; otherwise wgmma
- * where the sm_90a kernels run. */
+/* The forms of kGdnMmaBf16Smem's kernels (all give results within the same bounds; the defaults
+ * are the fastest measured, docs/perf.md):
+ * gdn_lean_wg: the lean walks (state_lean_kernel, the forward and the backward's state pass,
+ * and dstate_lean_kernel) on wgmma where the sm_90a kernels run (1, the default), or on
+ * mma.sync (0). */
 extern int gdn_lean_wg;
-/* wy_fast_kernel's stores of W, U and A: 0 (the default) BF16 pairs, 4 bytes a thread an
- * instruction; otherwise rows of eight columns, 16 bytes (the pairs exchanged within each quad
- * of lanes first). The same bytes either way. */
+/* gdn_wy_wide: the wy kernels store W, U and A as rows of eight columns, 16 bytes (1, the
+ * default; the pairs exchanged within each quad of lanes first), or as BF16 pairs, 4 bytes a
+ * thread an instruction (0). The same bytes either way. */
 extern int gdn_wy_wide;
-/* wy_fast_kernel per value head (0, the default), or (otherwise, where value heads share q/k
- * heads) wy_gva_kernel: a block per (chunk, q/k head) that fetches K and Q and forms K K^T and
- * Q K^T once for the group's value heads. The same bytes either way. */
+/* gdn_wy_gva: where value heads share q/k heads, wy_gva_kernel, a block per (chunk, q/k head)
+ * that fetches K and Q and forms K K^T and Q K^T once for the group's value heads (1), or
+ * wy_fast_kernel per value head (0); -1, the default, takes wy_gva_kernel in the T form only.
+ * The same bytes either way. */
 extern int gdn_wy_gva;
-/* The staged forward's T form (otherwise 0, the default): wy keeps Tu = T diag(beta) and A, not
+/* gdn_tform: the staged forward's T form (1, the default): wy keeps Tu = T diag(beta) and A, not
  * W and U, and the walk forms Vn = Tu (V - e^G . (K S)) (lean_chunk_t, or wg_chunk_t under
- * gdn_lean_wg). Other roundings than the default's: another o, within the same bounds. */
+ * gdn_lean_wg); 0, the W and U form. Other roundings, so other bits, within the same bounds.
+ * The backward always takes the W and U form. */
 extern int gdn_tform;
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */

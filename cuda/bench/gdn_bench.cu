@@ -33,18 +33,15 @@
  * qc::gdn_lean_warps) fixes the lean kernels' warps a block (by default 8 where the blocks
  * cover the SMs: the timed shapes with several sequences; 4 elsewhere, the checks included);
  * unset, the checks run a second time with 8 warps, and, where the wgmma kernels run, with 4
- * and 8 warps and the staged walk on the other instructions. QSPEC_GDN_LEAN_WG=0 or 1
- * (qc::gdn_lean_wg) puts the staged walks (state_lean_kernel, dstate_lean_kernel) on mma.sync
- * (the library's default) or on wgmma where the sm_90a kernels run; each staged timing is then
- * repeated with the walks on the other instructions, with the count of output bytes that
- * differ. QSPEC_GDN_WY_WIDE=0 or 1 (qc::gdn_wy_wide) makes wy_fast_kernel store W, U and A as
- * BF16 pairs or as 16-byte rows; each staged timing is repeated with the other, and must give
- * the same bytes; likewise QSPEC_GDN_WY_GVA=0 or 1 (qc::gdn_wy_gva: wy_fast_kernel a value head
- * a block, or wy_gva_kernel a q/k head's value heads a block). QSPEC_GDN_TFORM=0 or 1
- * (qc::gdn_tform): the staged forward's T form, other roundings; the checks run again with the
- * other form (4 and 8 warps, both walks), and each staged forward timing is repeated in the T
- * form (with and without wy_gva, on both walks), printing its accuracy against the FP32
- * recurrence, which must meet the goal (o <= 0.005, ht <= 0.004). */
+ * and 8 warps and the staged walk on the other instructions. The staged kernels' forms
+ * (qc_gdn_chunk.h; the defaults are the fastest measured) are set from QSPEC_GDN_LEAN_WG (the
+ * walks on wgmma or mma.sync), QSPEC_GDN_WY_WIDE (16-byte or 4-byte stores), QSPEC_GDN_WY_GVA
+ * (wy_gva_kernel or wy_fast_kernel) and QSPEC_GDN_TFORM (the forward's T form or its W and U
+ * form), each 0 or 1. The checks take the staged forward in both forms (the fused one must give
+ * the W and U form's bytes); each staged timing is repeated with the other stores and the
+ * other wy kernel, which must give the same bytes, then (the forward) in every form of the
+ * walk and of wy with its accuracy against the FP32 recurrence, which must meet the goal (o <=
+ * 0.005, ht <= 0.004), and (the backward) with the walks on the other instructions. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -306,12 +303,19 @@ void check_one(qs_ctx *ctx, const check_case &c)
     f32_to_bf16<<<blocks(nv), 256>>>(dv, hvv, nv);
     const double lim[5] = {2e-2, 1e-4, 2e-2, 2e-2, 2e-2};
     bool smem_ok = c.dk == 128 && c.dv == 128;
-    std::vector<float> smem_o, smem_ht; /* the staged path's, for the fused one */
-    for (int mma : {qc::kGdnMmaTf32x3, qc::kGdnMmaBf16, qc::kGdnMmaBf16Smem, qc::kGdnMmaBf16Fused,
-                    qc::kGdnMmaBf16Wg}) {
+    std::vector<float> smem_o, smem_ht; /* the staged path's W and U form, for the fused one */
+    /* the staged path in its W and U form (tform 0) and in the T form (1), the others once */
+    const int tform0 = qc::gdn_tform;
+    const std::pair<int, int> runs[] = {{qc::kGdnMmaTf32x3, 0},    {qc::kGdnMmaBf16, 0},
+                                        {qc::kGdnMmaBf16Smem, 0},  {qc::kGdnMmaBf16Smem, 1},
+                                        {qc::kGdnMmaBf16Fused, 0}, {qc::kGdnMmaBf16Wg, 0}};
+    for (auto run : runs) {
+        int mma = run.first;
         if ((qc::gdn_chunk_staged(mma) && (!smem_ok || g_skip_smem)) ||
             (mma == qc::kGdnMmaBf16Wg && !g_wgmma))
             continue;
+        bool tform = run.second != 0;
+        qc::gdn_tform = tform;
         bool hio = qc::gdn_chunk_staged(mma);
         CHECK_CUDA(cudaMemset(dout, 0xff, nv * 4)); /* NaN: an unwritten o shows */
         CHECK_CUDA(cudaMemset(ho, 0xff, nv * 2));
@@ -323,6 +327,7 @@ void check_one(qs_ctx *ctx, const check_case &c)
             CHECK_CUDA(qc::gdn_chunk_fwd(cp, plan, mma, qc::kGdnIoF32, dq, dk, dv, dg, db, dh0,
                                          dout, dht, 0));
         CHECK_CUDA(cudaDeviceSynchronize());
+        qc::gdn_tform = tform0;
         if (hio)
             bf16_to_f32<<<blocks(nv), 256>>>(ho, dout, nv);
         std::vector<float> go(nv), ght(ns), ws(plan.ws_floats);
@@ -357,7 +362,7 @@ void check_one(qs_ctx *ctx, const check_case &c)
             g_fail += ok ? 0 : 1;
             continue;
         }
-        if (mma == qc::kGdnMmaBf16Smem) {
+        if (mma == qc::kGdnMmaBf16Smem && !tform) {
             smem_o = go;
             smem_ht = ght;
         }
@@ -375,17 +380,22 @@ void check_one(qs_ctx *ctx, const check_case &c)
                     std::vector<float> fW(mW.begin(), mW.end()), fU(mU.begin(), mU.end()),
                         fA(mA.begin(), mA.end());
                     size_t r0 = hvi * T + s0 + i0;
-                    ew.add(W + r0 * c.dk, fW.data(), fW.size());
-                    eu.add(U + r0 * c.dv, fU.data(), fU.size());
+                    if (!tform) { /* the T form keeps Tu where W was, and no U */
+                        ew.add(W + r0 * c.dk, fW.data(), fW.size());
+                        eu.add(U + r0 * c.dv, fU.data(), fU.size());
+                    }
                     ea.add(A + r0 * 64, fA.data(), fA.size());
                 }
         }
         bool ok = eo.rrms() <= lim[mma] && eh.rrms() <= lim[mma] && !std::isnan(eo.num) &&
                   !std::isnan(eh.num);
-        printf("check %-28s %-9s o rrms %.2e (max %.2e)  ht rrms %.2e (max %.2e)  | W %.2e U "
-               "%.2e A %.2e  %s\n",
-               c.name, kMmaName[mma], eo.rrms(), eo.maxabs, eh.rrms(), eh.maxabs, ew.rrms(),
-               eu.rrms(), ea.rrms(), ok ? "ok" : "FAIL");
+        char wu[48] = "T form: Tu, no W or U";
+        if (!tform)
+            snprintf(wu, sizeof wu, "W %.2e U %.2e", ew.rrms(), eu.rrms());
+        printf("check %-28s %-9s o rrms %.2e (max %.2e)  ht rrms %.2e (max %.2e)  | %s A %.2e  "
+               "%s\n",
+               c.name, kMmaName[mma], eo.rrms(), eo.maxabs, eh.rrms(), eh.maxabs, wu, ea.rrms(),
+               ok ? "ok" : "FAIL");
         fflush(stdout);
         g_fail += ok ? 0 : 1;
     }
@@ -752,7 +762,7 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    __nv_bfloat16 *o_smem = nullptr; /* the staged path's o and ht, for the fused one */
+    __nv_bfloat16 *o_smem = nullptr; /* the staged path's W and U form, for the fused one */
     float *ht_smem = nullptr;
     for (int mma : timed_mmas({qc::kGdnMmaBf16, qc::kGdnMmaTf32x3, qc::kGdnMmaBf16Smem,
                                qc::kGdnMmaBf16Fused, qc::kGdnMmaBf16Wg})) {
@@ -769,10 +779,12 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                flop / (med * 1e-3) / 1e12, dev_rrms(of, oref, nv), dev_rrms(ht, htref, ns));
         printf("  bits %016llx %016llx", dev_hash(o, nv * 2), dev_hash(ht, ns * 4));
         if (mma == qc::kGdnMmaBf16Smem) {
-            CHECK_CUDA(cudaMalloc(&o_smem, nv * 2));
-            CHECK_CUDA(cudaMalloc(&ht_smem, ns * 4));
-            CHECK_CUDA(cudaMemcpy(o_smem, o, nv * 2, cudaMemcpyDeviceToDevice));
-            CHECK_CUDA(cudaMemcpy(ht_smem, ht, ns * 4, cudaMemcpyDeviceToDevice));
+            __nv_bfloat16 *o_def;
+            float *ht_def;
+            CHECK_CUDA(cudaMalloc(&o_def, nv * 2));
+            CHECK_CUDA(cudaMalloc(&ht_def, ns * 4));
+            CHECK_CUDA(cudaMemcpy(o_def, o, nv * 2, cudaMemcpyDeviceToDevice));
+            CHECK_CUDA(cudaMemcpy(ht_def, ht, ns * 4, cudaMemcpyDeviceToDevice));
             /* the staged path again with *knob = value: its time, and the bytes of o and ht
              * that differ from the default's */
             auto variant = [&](int *knob, int value, const char *what) {
@@ -781,49 +793,57 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                 double m = median_ms(e0, e1, fwd);
                 CHECK_CUDA(cudaDeviceSynchronize());
                 *knob = was;
-                unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
-                                   hd = dev_ndiff(ht, ht_smem, ns * 4);
+                unsigned long long od = dev_ndiff(o, o_def, nv * 2),
+                                   hd = dev_ndiff(ht, ht_def, ns * 4);
                 printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  %s; bytes "
                        "differing: o %llu, ht %llu",
                        kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m, what, od,
                        hd);
                 return od + hd;
             };
-            /* wy_fast_kernel's five tiles and its other stores: the same bytes */
-            g_fail += variant(&qc::gdn_wy_tiles, 5, "wy_fast with five tiles") != 0;
-            const char *stores =
-                qc::gdn_wy_wide ? "wy_fast storing pairs" : "wy_fast storing 16-byte rows";
+            /* the other stores, the other wy kernel (value heads on shared q/k heads) and, in
+             * the W and U form, wy_fast_kernel's five tiles: the same bytes */
+            const char *stores = qc::gdn_wy_wide ? "wy storing pairs" : "wy storing 16-byte rows";
             g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide, stores) != 0;
-            if (hv > h) /* value heads on shared q/k heads: the other wy kernel, the same bytes */
-                g_fail += variant(&qc::gdn_wy_gva, !qc::gdn_wy_gva,
-                                  qc::gdn_wy_gva ? "wy_fast a value head a block"
-                                                 : "wy_gva, a q/k head's value heads a block") != 0;
-            if (qc::gdn_chunk_wgmma_available()) /* the walk on the other instructions */
-                variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
-                        qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
-            /* the T form (other roundings): its time and accuracy, alone and with wy_gva, with
-             * the walks on mma.sync and on wgmma */
+            const bool gva = qc::gdn_wy_gva > 0 || (qc::gdn_wy_gva < 0 && qc::gdn_tform);
+            if (hv > h)
+                g_fail += variant(&qc::gdn_wy_gva, !gva,
+                                  gva ? "wy_fast a value head a block"
+                                      : "wy_gva, a q/k head's value heads a block") != 0;
+            if (!qc::gdn_tform)
+                g_fail += variant(&qc::gdn_wy_tiles, 5, "wy_fast with five tiles") != 0;
+            /* every form of the walk and of wy (T or W and U, wy_gva or not, mma.sync or
+             * wgmma): its time and its accuracy (other roundings in the other form) */
             const int nwg = qc::gdn_chunk_wgmma_available() ? 2 : 1;
-            for (int gva = 0; gva < (hv > h ? 2 : 1); gva++)
-                for (int wg = 0; wg < nwg; wg++) {
-                    int was_t = qc::gdn_tform, was_g = qc::gdn_wy_gva, was_w = qc::gdn_lean_wg;
-                    qc::gdn_tform = 1;
-                    qc::gdn_wy_gva = gva;
-                    qc::gdn_lean_wg = wg;
-                    double m = median_ms(e0, e1, fwd);
-                    qc::gdn_tform = was_t;
-                    qc::gdn_wy_gva = was_g;
-                    qc::gdn_lean_wg = was_w;
-                    bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
-                    CHECK_CUDA(cudaDeviceSynchronize());
-                    double eo = dev_rrms(of, oref, nv), eh = dev_rrms(ht, htref, ns);
-                    printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the T "
-                           "form%s, walk on %s (Vn = Tu (V - e^G . K S)); o rrms %.5f  ht rrms "
-                           "%.5f",
-                           kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m,
-                           gva ? " and wy_gva" : "", wg ? "wgmma" : "mma.sync", eo, eh);
-                    g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1; /* the issue's goal */
-                }
+            for (int tf = 0; tf < 2; tf++)
+                for (int gv = 0; gv < (hv > h ? 2 : 1); gv++)
+                    for (int wg = 0; wg < nwg; wg++) {
+                        int was_t = qc::gdn_tform, was_g = qc::gdn_wy_gva, was_w = qc::gdn_lean_wg;
+                        qc::gdn_tform = tf;
+                        qc::gdn_wy_gva = gv;
+                        qc::gdn_lean_wg = wg;
+                        double m = median_ms(e0, e1, fwd);
+                        qc::gdn_tform = was_t;
+                        qc::gdn_wy_gva = was_g;
+                        qc::gdn_lean_wg = was_w;
+                        bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
+                        CHECK_CUDA(cudaDeviceSynchronize());
+                        double eo = dev_rrms(of, oref, nv), eh = dev_rrms(ht, htref, ns);
+                        if (!tf && !o_smem) { /* the W and U form's bytes, for the fused path */
+                            CHECK_CUDA(cudaMalloc(&o_smem, nv * 2));
+                            CHECK_CUDA(cudaMalloc(&ht_smem, ns * 4));
+                            CHECK_CUDA(cudaMemcpy(o_smem, o, nv * 2, cudaMemcpyDeviceToDevice));
+                            CHECK_CUDA(cudaMemcpy(ht_smem, ht, ns * 4, cudaMemcpyDeviceToDevice));
+                        }
+                        printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  %s "
+                               "form%s, walk on %s; o rrms %.5f  ht rrms %.5f",
+                               kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m,
+                               tf ? "T" : "W and U", gv ? ", wy_gva" : "",
+                               wg ? "wgmma" : "mma.sync", eo, eh);
+                        g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1; /* the issue's goal */
+                    }
+            cudaFree(o_def);
+            cudaFree(ht_def);
         }
         if ((mma == qc::kGdnMmaBf16Fused || mma == qc::kGdnMmaBf16Wg) && o_smem) {
             unsigned long long od = dev_ndiff(o, o_smem, nv * 2),
@@ -953,10 +973,11 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             const char *stores =
                 qc::gdn_wy_wide ? "wy_fast storing pairs" : "wy_fast storing 16-byte rows";
             g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide, stores) != 0;
+            const bool gva = qc::gdn_wy_gva > 0; /* the backward is the W and U form */
             if (hv > h)
-                g_fail += variant(&qc::gdn_wy_gva, !qc::gdn_wy_gva,
-                                  qc::gdn_wy_gva ? "wy_fast a value head a block"
-                                                 : "wy_gva, a q/k head's value heads a block") != 0;
+                g_fail += variant(&qc::gdn_wy_gva, !gva,
+                                  gva ? "wy_fast a value head a block"
+                                      : "wy_gva, a q/k head's value heads a block") != 0;
             if (qc::gdn_chunk_wgmma_available())
                 variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
                         qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
@@ -1058,20 +1079,6 @@ int main(int argc, char **argv)
             qc::gdn_lean_warps = 0;
             qc::gdn_lean_wg = !qc::gdn_lean_wg;
         }
-        qc::gdn_tform = !qc::gdn_tform; /* the staged forward's other form, both walks */
-        int wg0 = qc::gdn_lean_wg;
-        for (int wg = 0; wg < (qc::gdn_chunk_wgmma_available() ? 2 : 1); wg++)
-            for (int lw : {4, 8}) {
-                qc::gdn_lean_wg = wg;
-                printf("checks again with QSPEC_GDN_LEAN_WARPS=%d QSPEC_GDN_TFORM=%d "
-                       "QSPEC_GDN_LEAN_WG=%d\n",
-                       lw, qc::gdn_tform, wg);
-                qc::gdn_lean_warps = lw;
-                checks(ctx);
-            }
-        qc::gdn_lean_warps = 0;
-        qc::gdn_lean_wg = wg0;
-        qc::gdn_tform = !qc::gdn_tform;
     }
     qs_ctx_free(ctx);
     printf("gdn_bench: checks: %d failing\n", g_fail);
