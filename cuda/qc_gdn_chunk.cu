@@ -439,9 +439,9 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
  * kernels are those of cuda/qc_gdn_staged.cuh; here, which of their forms runs. */
 
 /* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide), or
- * wy_gva_kernel's (per gdn_wy_gva, value heads grouped on q/k heads, the four-tile form), its shared
- * memory and its grid's second dimension (value heads, or q/k heads); kTf: the T form of the
- * forward (gdn_tform, four tiles). */
+ * wy_gva_kernel's (gdn_wy_gva_on, value heads grouped on q/k heads, the four-tile form), its
+ * shared memory and its grid's second dimension (value heads, or q/k heads); kTf: the T form of
+ * the forward (gdn_tform, four tiles). */
 struct wy_pick {
     decltype(&wy_fast_kernel<true, false>) fn;
     size_t smem;
@@ -450,8 +450,7 @@ struct wy_pick {
 template <bool kWide, bool kTf> wy_pick wy_pick_of(const gdn_chunk_problem &p)
 {
     bool late = kTf || gdn_wy_tiles != wy_tiles(false);
-    bool gva = gdn_wy_gva > 0 || (gdn_wy_gva < 0 && kTf);
-    if (gva && late && p.hv > p.h)
+    if (gdn_wy_gva_on(kTf) && late && p.hv > p.h)
         return {wy_gva_kernel<kWide, kTf>, wy_smem(true), static_cast<unsigned>(p.h)};
     return {late ? wy_fast_kernel<true, kWide, kTf> : wy_fast_kernel<false, kWide>, wy_smem(late),
             static_cast<unsigned>(p.hv)};
@@ -839,42 +838,34 @@ template <class Fn> struct serial_kernel {
     size_t smem;
     int cols;
 };
+/* state_lean_kernel<kOut, 4 or 8, kWg, kTf> for lw warps, with its shared memory. */
+template <bool kOut, bool kWg, bool kTf>
+serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_of(int lw)
+{
+    if (lw == 8)
+        return {state_lean_kernel<kOut, 8, kWg, kTf>, 256, lean_layout<kOut, 8, kWg, kTf>::kBytes,
+                128};
+    return {state_lean_kernel<kOut, 4, kWg, kTf>, 128, lean_layout<kOut, 4, kWg, kTf>::kBytes, 64};
+}
+/* The lean walk for lw warps: on wgmma under gdn_lean_wg where the sm_90a kernels run; tform
+ * (the forward only): the T form's. */
 template <bool kOut>
 serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_pick(int lw, bool tform = false)
 {
+    bool wg = gdn_lean_wg && fl::wg::available();
     if constexpr (kOut)
-        if (tform) {
-            if (gdn_lean_wg && fl::wg::available())
-                return lw == 8
-                           ? serial_kernel<
-                                 decltype(&state_lean_kernel<
-                                          kOut, 4>)>{state_lean_kernel<true, 8, true, true>, 256,
-                                                     lean_layout<true, 8, true, true>::kBytes, 128}
-                           : serial_kernel<decltype(&state_lean_kernel<kOut, 4>)>{
-                                 state_lean_kernel<true, 4, true, true>, 128,
-                                 lean_layout<true, 4, true, true>::kBytes, 64};
-            if (lw == 8)
-                return {state_lean_kernel<true, 8, false, true>, 256,
-                        lean_layout<true, 8, false, true>::kBytes, 128};
-            return {state_lean_kernel<true, 4, false, true>, 128,
-                    lean_layout<true, 4, false, true>::kBytes, 64};
-        }
-    if (gdn_lean_wg && fl::wg::available()) {
-        if (lw == 8)
-            return {state_lean_kernel<kOut, 8, true>, 256, lean_layout<kOut, 8, true>::kBytes, 128};
-        return {state_lean_kernel<kOut, 4, true>, 128, lean_layout<kOut, 4, true>::kBytes, 64};
-    }
-    if (lw == 8)
-        return {state_lean_kernel<kOut, 8>, 256, lean_layout<kOut, 8>::kBytes, 128};
-    return {state_lean_kernel<kOut, 4>, 128, lean_layout<kOut, 4>::kBytes, 64};
+        if (tform)
+            return wg ? state_of<true, true, true>(lw) : state_of<true, false, true>(lw);
+    return wg ? state_of<kOut, true, false>(lw) : state_of<kOut, false, false>(lw);
 }
 
 cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const void *q,
                         const void *k, const void *v, const float *g, const float *beta,
                         const float *h0, void *o, float *ht, cudaStream_t st)
 {
-    auto sk = state_pick<true>(lean_warps(p), gdn_tform != 0);
-    wy_pick wy = wy_fast_pick(p, gdn_tform != 0);
+    const bool tform = gdn_tform != 0;
+    auto sk = state_pick<true>(lean_warps(p), tform);
+    wy_pick wy = wy_fast_pick(p, tform);
     cudaError_t err =
         cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     if (err == cudaSuccess)
@@ -890,7 +881,7 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
         wy.fn<<<dim3((unsigned)plan.nchunks, wy.heads), kThreads, wy.smem, st>>>(
             p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A, nullptr);
     /* the T form's walk: Tu in W, the values in place of U */
-    const bf16 *xu = gdn_tform ? static_cast<const bf16 *>(v) : U;
+    const bf16 *xu = tform ? static_cast<const bf16 *>(v) : U;
     if (p.nseq > 0)
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
                 sk.smem, st>>>(p, tq, tk, g, W, xu, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0,

@@ -89,6 +89,12 @@ extern int gdn_wy_wide;
  * wy_fast_kernel per value head (0); -1, the default, takes wy_gva_kernel in the T form only.
  * The same bytes either way. */
 extern int gdn_wy_gva;
+/* Whether the wy kernel of the forward's T form (tform) or of the W and U form is
+ * wy_gva_kernel, per gdn_wy_gva. */
+inline bool gdn_wy_gva_on(bool tform)
+{
+    return gdn_wy_gva > 0 || (gdn_wy_gva < 0 && tform);
+}
 /* gdn_tform: the staged forward's T form (1, the default): wy keeps Tu = T diag(beta) and A, not
  * W and U, and the walk forms Vn = Tu (V - e^G . (K S)) (lean_chunk_t, or wg_chunk_t under
  * gdn_lean_wg); 0, the W and U form. Other roundings, so other bits, within the same bounds.

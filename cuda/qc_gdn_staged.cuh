@@ -438,21 +438,23 @@ __device__ __forceinline__ void wy_mul(int mt, int n0, const bf16 *Ta, const bf1
     put_strip(16 * mt, n0, c, put);
 }
 
-/* Tw = T diag(beta e^G) and Tu = T diag(beta) (BF16, [64][kLdH64]) from T (FP32, Tf) by NT
- * threads (tid their index, from 0), each element pair (i, j) of T also given to
- * keep(i, j, t_j, t_{j+1}). A thread's columns j, j + 1 are the same in every row (NT is a
- * multiple of kC / 2), so their factors are formed once. */
-template <int NT, class Keep>
+/* Tw = T diag(beta e^G) (unless !kTw: the T form needs only Tu) and Tu = T diag(beta) (BF16,
+ * [64][kLdH64]) from T (FP32, Tf) by NT threads (tid their index, from 0), each element pair
+ * (i, j) of T also given to keep(i, j, t_j, t_{j+1}). A thread's columns j, j + 1 are the same
+ * in every row (NT is a multiple of kC / 2), so their factors are formed once. */
+template <int NT, class Keep, bool kTw = true>
 __device__ __forceinline__ void wy_scale_t(const float *Tf, const float *G, const float *Bt,
                                            bf16 *Tw, bf16 *Tu, int tid, Keep keep)
 {
     static_assert(NT % (kC / 2) == 0, "a thread's columns are the same in every row");
     const int j = 2 * (tid % (kC / 2));
-    const float fw0 = __fmul_rn(Bt[j], expf(G[j])), fw1 = __fmul_rn(Bt[j + 1], expf(G[j + 1]));
+    const float fw0 = kTw ? __fmul_rn(Bt[j], expf(G[j])) : 0.0f,
+                fw1 = kTw ? __fmul_rn(Bt[j + 1], expf(G[j + 1])) : 0.0f;
     for (int e = tid; e < kC * kC / 2; e += NT) {
         int i = e / (kC / 2);
         float t0 = Tf[i * kLdC + j], t1 = Tf[i * kLdC + j + 1];
-        st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, fw0), __fmul_rn(t1, fw1));
+        if constexpr (kTw)
+            st_pair(Tw + i * kLdH64 + j, __fmul_rn(t0, fw0), __fmul_rn(t1, fw1));
         st_pair(Tu + i * kLdH64 + j, __fmul_rn(t0, Bt[j]), __fmul_rn(t1, Bt[j + 1]));
         keep(i, j, t0, t1);
     }
@@ -544,10 +546,11 @@ __device__ __forceinline__ void wy_head(const gdn_chunk_problem &p, const wy_til
     wy_la_gates(warp >> 1, (warp & 1) * 32, ckk, cqk, t.G, t.Bt, t.Lf, p.scale, out(A, kC));
     __syncthreads();
     solve_t(t.Lf, t.Tf, t.Pf);
-    wy_scale_t<kThreads>(t.Tf, t.G, t.Bt, t.Tw, t.Tu, tid, [&](int i, int j, float t0, float t1) {
+    auto keep = [&](int i, int j, float t0, float t1) {
         if (Tout && i < nc) /* the backward keeps T, BF16 [hv][tokens][64] */
             st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);
-    });
+    };
+    wy_scale_t<kThreads, decltype(keep), !kTf>(t.Tf, t.G, t.Bt, t.Tw, t.Tu, tid, keep);
     __syncthreads();
     if constexpr (kTf) { /* Tu's rows, 16 bytes a copy */
         for (int e = tid; e < kC * 8; e += kThreads) {

@@ -805,7 +805,7 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
              * the W and U form, wy_fast_kernel's five tiles: the same bytes */
             const char *stores = qc::gdn_wy_wide ? "wy storing pairs" : "wy storing 16-byte rows";
             g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide, stores) != 0;
-            const bool gva = qc::gdn_wy_gva > 0 || (qc::gdn_wy_gva < 0 && qc::gdn_tform);
+            const bool gva = qc::gdn_wy_gva_on(qc::gdn_tform != 0);
             if (hv > h)
                 g_fail += variant(&qc::gdn_wy_gva, !gva,
                                   gva ? "wy_fast a value head a block"
@@ -973,7 +973,7 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             const char *stores =
                 qc::gdn_wy_wide ? "wy_fast storing pairs" : "wy_fast storing 16-byte rows";
             g_fail += variant(&qc::gdn_wy_wide, !qc::gdn_wy_wide, stores) != 0;
-            const bool gva = qc::gdn_wy_gva > 0; /* the backward is the W and U form */
+            const bool gva = qc::gdn_wy_gva_on(false); /* the backward: the W and U form */
             if (hv > h)
                 g_fail += variant(&qc::gdn_wy_gva, !gva,
                                   gva ? "wy_fast a value head a block"
