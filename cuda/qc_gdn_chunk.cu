@@ -847,6 +847,13 @@ serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_of(int lw)
                 128};
     return {state_lean_kernel<kOut, 4, kWg, kTf>, 128, lean_layout<kOut, 4, kWg, kTf>::kBytes, 64};
 }
+/* dstate_lean_kernel<4 or 8, kWg> for lw warps, with its shared memory. */
+template <bool kWg> serial_kernel<decltype(&dstate_lean_kernel<4>)> dstate_of(int lw)
+{
+    if (lw == 8)
+        return {dstate_lean_kernel<8, kWg>, 256, lean_layout<true, 8, kWg>::kBytes, 128};
+    return {dstate_lean_kernel<4, kWg>, 128, lean_layout<true, 4, kWg>::kBytes, 64};
+}
 /* The lean walk for lw warps: on wgmma under gdn_lean_wg where the sm_90a kernels run; tform
  * (the forward only): the T form's. */
 template <bool kOut>
@@ -1516,15 +1523,7 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
         cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     int lw = lean_warps(p);
     auto sk = state_pick<false>(lw);
-    serial_kernel<decltype(&dstate_lean_kernel<4>)> dk_{dstate_lean_kernel<4>, 128,
-                                                        lean_layout<true, 4>::kBytes, 64};
-    if (lw == 8)
-        dk_ = {dstate_lean_kernel<8>, 256, lean_layout<true, 8>::kBytes, 128};
-    if (gdn_lean_wg && fl::wg::available())
-        dk_ = lw == 8 ? decltype(dk_){dstate_lean_kernel<8, true>, 256,
-                                      lean_layout<true, 8, true>::kBytes, 128}
-                      : decltype(dk_){dstate_lean_kernel<4, true>, 128,
-                                      lean_layout<true, 4, true>::kBytes, 64};
+    auto dk_ = gdn_lean_wg && fl::wg::available() ? dstate_of<true>(lw) : dstate_of<false>(lw);
     if (err == cudaSuccess)
         err =
             cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);
