@@ -43,6 +43,7 @@ int gdn_lean_wg = 1;
 int gdn_wy_wide = 1;
 int gdn_wy_gva = -1;
 int gdn_tform = 1;
+int gdn_solve_tc = 0;
 
 void gdn_forms_from_env()
 {
@@ -57,6 +58,7 @@ void gdn_forms_from_env()
         flag("QSPEC_GDN_WY_GVA", &gdn_wy_gva);
         flag("QSPEC_GDN_TFORM", &gdn_tform);
         flag("QSPEC_GDN_LEAN_WG", &gdn_lean_wg);
+        flag("QSPEC_GDN_SOLVE_TC", &gdn_solve_tc);
         return true;
     }();
     (void)once;
@@ -94,76 +96,6 @@ __device__ __forceinline__ void store_out(float *p, float x, int dt)
 __device__ __forceinline__ void store_out(__nv_bfloat16 *p, float x, int)
 {
     *p = __float2bfloat16_rn(x);
-}
-
-/* ---------------------------------------------------------------- warp MMA */
-
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* x rounded to TF32 (nearest, ties away), low 13 bits cleared. */
-__device__ __forceinline__ uint32_t to_tf32(float x)
-{
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r & 0xffffe000u;
-}
-
-/* big + small = x to about 22 bits. */
-__device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small)
-{
-    big = to_tf32(x);
-    small = to_tf32(__fsub_rn(x, __uint_as_float(big)));
-}
-
-/* c[n] (the 16 x 8 tile n of a 16 x 8NT strip) += A B over k in [0, kdim), kdim a
- * multiple of 16; a(r, k) for r < 16 and b(k, j) for j < 8 NT read shared memory. The
- * fragment layouts are those of mma.sync m16n8k16 (bf16) and m16n8k8 (tf32): g = lane / 4
- * picks rows g and g + 8 of A and column g of B, t = lane % 4 the k pairs (bf16) or k
- * and k + 4 (tf32); c holds (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). */
-template <int kMma, int NT, class FA, class FB>
-__device__ __forceinline__ void mma_strip(float (&c)[NT][4], int kdim, const FA &a, const FB &b)
-{
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if (kMma == kGdnMmaBf16) {
-        for (int k0 = 0; k0 < kdim; k0 += 16) {
-            int k1 = k0 + 2 * t, k2 = k1 + 8;
-            uint32_t fa[4] = {
-                pack_bf16(a(g, k1), a(g, k1 + 1)), pack_bf16(a(g + 8, k1), a(g + 8, k1 + 1)),
-                pack_bf16(a(g, k2), a(g, k2 + 1)), pack_bf16(a(g + 8, k2), a(g + 8, k2 + 1))};
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                int j = 8 * n + g;
-                mma_bf16(c[n], fa, pack_bf16(b(k1, j), b(k1 + 1, j)),
-                         pack_bf16(b(k2, j), b(k2 + 1, j)));
-            }
-        }
-    } else {
-        for (int k0 = 0; k0 < kdim; k0 += 8) {
-            int k1 = k0 + t, k2 = k1 + 4;
-            uint32_t ab[4], as[4];
-            split_tf32(a(g, k1), ab[0], as[0]);
-            split_tf32(a(g + 8, k1), ab[1], as[1]);
-            split_tf32(a(g, k2), ab[2], as[2]);
-            split_tf32(a(g + 8, k2), ab[3], as[3]);
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                int j = 8 * n + g;
-                uint32_t bb0, bs0, bb1, bs1;
-                split_tf32(b(k1, j), bb0, bs0);
-                split_tf32(b(k2, j), bb1, bs1);
-                mma_tf32(c[n], as, bb0, bb1); /* the small terms first */
-                mma_tf32(c[n], ab, bs0, bs1);
-                mma_tf32(c[n], ab, bb0, bb1);
-            }
-        }
-    }
 }
 
 /* G[i] = inclusive FP32 cumsum of the chunk's gates, held at its last valid value over the
@@ -437,6 +369,15 @@ cudaError_t launch(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, const
  * chunk fetched by cp.async while the current one is computed. The FP32 state stays in the
  * walk's mma accumulators (state_lean_kernel); its BF16 rounding is the matmul operand. The
  * kernels are those of cuda/qc_gdn_staged.cuh; here, which of their forms runs. */
+
+/* p with the solve form gdn_solve_tc, for the kernels that solve for T (wy_head, the fused
+ * kernel's chunk warps). */
+gdn_chunk_problem with_solve(const gdn_chunk_problem &p)
+{
+    gdn_chunk_problem r = p;
+    r.solve_tc = gdn_solve_tc;
+    return r;
+}
 
 /* wy_fast_kernel's form (kLateV unless gdn_wy_tiles is 5; kWide when gdn_wy_wide), or
  * wy_gva_kernel's (gdn_wy_gva_on, value heads grouped on q/k heads, the four-tile form), its
@@ -735,7 +676,7 @@ __global__ void __launch_bounds__(256, 1)
                     ty);
             fetch_next(c, false);
             bar_sync(kBarChunk, 128);
-            solve_t<128>(Lf, Tf, Pf, it, chunk_bar{});
+            solve_t<128>(Lf, Tf, Pf, it, chunk_bar{}, p.solve_tc != 0);
             fetch_next(c, false);
             wy_scale_t<128>(Tf, G, Bt, Tw, Tu, it, [&](int i, int j, float t0, float t1) {
                 if (!kOut && vb == 0 && i < nc)
@@ -886,7 +827,8 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     if (plan.nchunks > 0)
         wy.fn<<<dim3((unsigned)plan.nchunks, wy.heads), kThreads, wy.smem, st>>>(
-            p, plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A, nullptr);
+            with_solve(p), plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A,
+            nullptr);
     /* the T form's walk: Tu in W, the values in place of U */
     const bf16 *xu = tform ? static_cast<const bf16 *>(v) : U;
     if (p.nseq > 0)
@@ -912,7 +854,7 @@ cudaError_t launch_fused(const gdn_chunk_problem &p, const void *q, const void *
     if (p.nseq > 0)
         fused_fwd_kernel<kOut, kWg>
             <<<dim3((unsigned)(p.dv / 64), (unsigned)p.hv, (unsigned)p.nseq), 256, L::kBytes, st>>>(
-                p, static_cast<const bf16 *>(q), static_cast<const bf16 *>(k),
+                with_solve(p), static_cast<const bf16 *>(q), static_cast<const bf16 *>(k),
                 static_cast<const bf16 *>(v), g, beta, h0, static_cast<bf16 *>(o), ht, chunk0,
                 nchunks, W, A, T, hs, vn);
     return cudaGetLastError();
@@ -1552,7 +1494,7 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
         return err;
     if (plan.nchunks > 0 && !fused) {
         wy.fn<<<dim3((unsigned)plan.nchunks, wy.heads), kThreads, wy.smem, st>>>(
-            p, plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
+            with_solve(p), plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
         sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
                 sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0,
                                plan.nchunks, hs, U);

@@ -53,6 +53,8 @@ struct gdn_chunk_problem {
     float scale;       /* resolved, never 0 */
     int out_dt;        /* qs_dtype the FP32 o is rounded to (kGdnIoF32) */
     const int32_t *cu; /* device cu_seqlens [nseq + 1], or NULL for dense */
+    int solve_tc = 0;  /* the staged kernels' solve on the tensor cores (set from gdn_solve_tc
+                          where they are launched) */
 };
 
 /* The chunk table (first token and length of each chunk of each sequence, sequence by
@@ -100,15 +102,19 @@ inline bool gdn_wy_gva_on(bool tform)
  * gdn_lean_wg); 0, the W and U form. Other roundings, so other bits, within the same bounds.
  * The backward always takes the W and U form. */
 extern int gdn_tform;
+/* gdn_solve_tc: the staged kernels' solve of T = (I + L)^-1 (solve_t, qc_gdn_staged.cuh) merges
+ * its 16 x 16 blocks on the tensor cores, three TF32 products a step (1), or in FP32 on the CUDA
+ * cores (0, the default). Other roundings of T, so other bits, within the same bounds. */
+extern int gdn_solve_tc;
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
 extern int gdn_wy_tiles;
 #ifndef QC_EMU
-/* Sets gdn_lean_wg, gdn_wy_wide, gdn_wy_gva and gdn_tform from the environment the first time it
- * is called, and never again: QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE, QSPEC_GDN_WY_GVA and
- * QSPEC_GDN_TFORM, each "0" or "1" (another value, or none, keeps the default). The plugin calls it
- * when it selects its GDN path, gdn_bench first thing, so a benchmark's later changes to them are
- * not undone. */
+/* Sets gdn_lean_wg, gdn_wy_wide, gdn_wy_gva, gdn_tform and gdn_solve_tc from the environment the
+ * first time it is called, and never again: QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE, QSPEC_GDN_WY_GVA,
+ * QSPEC_GDN_TFORM and QSPEC_GDN_SOLVE_TC, each "0" or "1" (another value, or none, keeps the
+ * default). The plugin calls it when it selects its GDN path, gdn_bench first thing, so a
+ * benchmark's later changes to them are not undone. */
 void gdn_forms_from_env();
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);

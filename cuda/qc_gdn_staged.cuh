@@ -44,6 +44,82 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
     fl::ops<__nv_bfloat16>::mma(c, a, b0, b1);
 }
 
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1)
+{
+#ifdef QC_EMU
+    emu::mma1688_tf32(c, a, b0, b1);
+#else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* x rounded to TF32 (nearest, ties away), low 13 bits cleared. */
+__device__ __forceinline__ uint32_t to_tf32(float x)
+{
+#ifdef QC_EMU
+    return emu::cvt_rna_tf32(x);
+#else
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r & 0xffffe000u;
+#endif
+}
+
+/* big + small = x to about 22 bits. */
+__device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small)
+{
+    big = to_tf32(x);
+    small = to_tf32(__fsub_rn(x, __uint_as_float(big)));
+}
+
+/* c[n] (the 16 x 8 tile n of a 16 x 8NT strip) += A B over k in [0, kdim), kdim a
+ * multiple of 16; a(r, k) for r < 16 and b(k, j) for j < 8 NT read shared memory. The
+ * fragment layouts are those of mma.sync m16n8k16 (bf16) and m16n8k8 (tf32): g = lane / 4
+ * picks rows g and g + 8 of A and column g of B, t = lane % 4 the k pairs (bf16) or k
+ * and k + 4 (tf32); c holds (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1). */
+template <int kMma, int NT, class FA, class FB>
+__device__ __forceinline__ void mma_strip(float (&c)[NT][4], int kdim, const FA &a, const FB &b)
+{
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (kMma == kGdnMmaBf16) {
+        for (int k0 = 0; k0 < kdim; k0 += 16) {
+            int k1 = k0 + 2 * t, k2 = k1 + 8;
+            uint32_t fa[4] = {
+                pack_bf16(a(g, k1), a(g, k1 + 1)), pack_bf16(a(g + 8, k1), a(g + 8, k1 + 1)),
+                pack_bf16(a(g, k2), a(g, k2 + 1)), pack_bf16(a(g + 8, k2), a(g + 8, k2 + 1))};
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                int j = 8 * n + g;
+                mma_bf16(c[n], fa, pack_bf16(b(k1, j), b(k1 + 1, j)),
+                         pack_bf16(b(k2, j), b(k2 + 1, j)));
+            }
+        }
+    } else {
+        for (int k0 = 0; k0 < kdim; k0 += 8) {
+            int k1 = k0 + t, k2 = k1 + 4;
+            uint32_t ab[4], as[4];
+            split_tf32(a(g, k1), ab[0], as[0]);
+            split_tf32(a(g + 8, k1), ab[1], as[1]);
+            split_tf32(a(g, k2), ab[2], as[2]);
+            split_tf32(a(g + 8, k2), ab[3], as[3]);
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                int j = 8 * n + g;
+                uint32_t bb0, bs0, bb1, bs1;
+                split_tf32(b(k1, j), bb0, bs0);
+                split_tf32(b(k2, j), bb1, bs1);
+                mma_tf32(c[n], as, bb0, bb1); /* the small terms first */
+                mma_tf32(c[n], ab, bs0, bs1);
+                mma_tf32(c[n], ab, bb0, bb1);
+            }
+        }
+    }
+}
+
 /* Row and column (in the 16 x 8NT strip) of accumulator element e of tile n. */
 __device__ __forceinline__ int acc_row(int e)
 {
@@ -283,16 +359,51 @@ __device__ __forceinline__ float quad_sum(float x)
 /* T = (I + L)^-1 for strictly lower L [64][64] (in Ls), into Ts (zeroed by the caller): the
  * four 16 x 16 diagonal blocks D_b = (I + L_bb)^-1 by forward substitution, one warp
  * each, a lane a column; then for block rows bi = 1..3, T_{bi,bj} = -D_bi sum_{m=bj}^{bi-1}
- * L_{bi,m} T_{m,bj} through the scratch Ps. All FP32 on the CUDA cores, by NT threads (tid
- * their index, from 0) that bar() synchronizes. */
+ * L_{bi,m} T_{m,bj} through the scratch Ps: in FP32 on the CUDA cores (tc false), or (tc) on
+ * the tensor cores in three TF32 products a step (solve_merge_tc), by NT threads (tid their
+ * index, from 0) that bar() synchronizes. */
 struct block_bar {
     __device__ void operator()() const
     {
         __syncthreads();
     }
 };
+/* The block merges of solve_t on the tensor cores: warp w takes the 8-column tiles n = w, w +
+ * NT / 32, ... of block row bi; P_n = L_{bi,.} T_{.,n} over the block rows from n's own (T is
+ * zero above it), into its columns of Ps, then T_{bi,n} = -D_bi P_n; mma_strip's three TF32
+ * products a step, about 22 significant bits of each operand, FP32 accumulation. Only the warp
+ * that wrote a tile of Ps reads it. */
+template <int NT, class Bar>
+__device__ __forceinline__ void solve_merge_tc(const float *Ls, float *Ts, float *Ps, int tid,
+                                               Bar bar)
+{
+#pragma unroll
+    for (int bi = 1; bi < 4; bi++) {
+        for (int n = tid >> 5; n < 2 * bi; n += NT / 32) {
+            int r0 = 16 * bi, n0 = 8 * n, k0 = 16 * (n >> 1);
+            float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+            mma_strip<kGdnMmaTf32x3, 1>(
+                c, r0 - k0, [&](int r, int k) { return Ls[(r0 + r) * kLdC + k0 + k]; },
+                [&](int k, int j) { return Ts[(k0 + k) * kLdC + n0 + j]; });
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                Ps[(r0 + acc_row(e)) * kLdC + n0 + acc_col(0, e)] = c[0][e];
+            __syncwarp();
+            float d[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+            mma_strip<kGdnMmaTf32x3, 1>(
+                d, 16, [&](int r, int k) { return Ts[(r0 + r) * kLdC + r0 + k]; },
+                [&](int k, int j) { return Ps[(r0 + k) * kLdC + n0 + j]; });
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                Ts[(r0 + acc_row(e)) * kLdC + n0 + acc_col(0, e)] = -d[0][e];
+            __syncwarp();
+        }
+        bar();
+    }
+}
 template <int NT = kThreads, class Bar = block_bar>
-__device__ void solve_t(const float *Ls, float *Ts, float *Ps, int tid = threadIdx.x, Bar bar = {})
+__device__ void solve_t(const float *Ls, float *Ts, float *Ps, int tid = threadIdx.x, Bar bar = {},
+                        bool tc = false)
 {
     int warp = tid >> 5, lane = tid & 31;
     if (warp < 4 && lane < 16) {
@@ -309,6 +420,10 @@ __device__ void solve_t(const float *Ls, float *Ts, float *Ps, int tid = threadI
         }
     }
     bar();
+    if (tc) {
+        solve_merge_tc<NT>(Ls, Ts, Ps, tid, bar);
+        return;
+    }
     /* Each thread takes element (r, c) of every block of the row at once: one sum a block,
      * each in increasing m as before, the sums of a row's blocks interleaved so that their
      * shared-memory loads overlap (m, bi and bj are compile-time after unrolling). */
@@ -545,7 +660,7 @@ __device__ __forceinline__ void wy_head(const gdn_chunk_problem &p, const wy_til
     };
     wy_la_gates(warp >> 1, (warp & 1) * 32, ckk, cqk, t.G, t.Bt, t.Lf, p.scale, out(A, kC));
     __syncthreads();
-    solve_t(t.Lf, t.Tf, t.Pf);
+    solve_t(t.Lf, t.Tf, t.Pf, tid, block_bar{}, p.solve_tc != 0);
     auto keep = [&](int i, int j, float t0, float t1) {
         if (Tout && i < nc) /* the backward keeps T, BF16 [hv][tokens][64] */
             st_pair(Tout + (static_cast<size_t>(hvi) * p.tokens + tok0 + i) * kC + j, t0, t1);

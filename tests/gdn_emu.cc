@@ -1,6 +1,7 @@
 /* gdn_emu.cc: kernels of the BF16-staged chunked GDN (cuda/qc_gdn_staged.cuh) run on the CPU
  * through cuda/emu/qc_emu.h: wy_fast_kernel (four and five tiles, W, U and A stored as pairs
- * and as 16-byte rows) against W, U, A and T evaluated from their definitions, and the lean
+ * and as 16-byte rows, the solve's merges in FP32 and on the tensor cores) against W, U, A and T
+ * evaluated from their definitions, and the lean
  * walks (state_lean_kernel, forward and the backward's state pass, and dstate_lean_kernel) with
  * 4 and 8 warps a block, on mma.sync and on wgmma, against a direct evaluation of the walks
  * (docs/gdn.md, "On the GPU"), all in double precision with the kernels' BF16 roundings of the
@@ -374,9 +375,11 @@ struct wy_out {
     std::vector<bf16> W, U, A, T;
     bool ran;
 };
-template <class K> wy_out launch_wy(const inputs &in, const wy_ref_t &ref, K kernel, unsigned heads)
+template <class K>
+wy_out launch_wy(const inputs &in, const wy_ref_t &ref, K kernel, unsigned heads, bool tc = false)
 {
     qc::gdn_chunk_problem p{NSEQ, 0, T, H, HV, D, D, in.scale, 0, kCu};
+    p.solve_tc = tc;
     std::vector<int32_t> chunks;
     for (int n = 0; n < NSEQ; n++)
         for (int t = kCu[n]; t < kCu[n + 1]; t += C) {
@@ -402,13 +405,16 @@ size_t ndiff(const std::vector<bf16> &a, const std::vector<bf16> &b)
 }
 
 /* wy_fast_kernel against the definitions; with four tiles, wy_gva_kernel (the value heads of a
- * q/k head in one block) too, which must give the same bytes. */
-template <bool kLateV, bool kWide> void run_wy(const inputs &in, const wy_ref_t &ref)
+ * q/k head in one block) too, which must give the same bytes. kTc: the solve's block merges on the
+ * tensor cores (gdn_solve_tc). */
+template <bool kLateV, bool kWide, bool kTc = false>
+void run_wy(const inputs &in, const wy_ref_t &ref)
 {
-    wy_out r = launch_wy(in, ref, qc::wy_fast_kernel<kLateV, kWide>, HV);
-    char name[96];
-    snprintf(name, sizeof name, "wy_fast_kernel, %s, %s", kLateV ? "four tiles" : "five tiles",
-             kWide ? "16-byte rows" : "pairs");
+    wy_out r = launch_wy(in, ref, qc::wy_fast_kernel<kLateV, kWide>, HV, kTc);
+    const char *solve = kTc ? ", the solve on the tensor cores" : "";
+    char name[128];
+    snprintf(name, sizeof name, "wy_fast_kernel, %s, %s%s", kLateV ? "four tiles" : "five tiles",
+             kWide ? "16-byte rows" : "pairs", solve);
     report(name,
            {{"W", rrms(wide(r.W), ref.W)},
             {"U", rrms(wide(r.U), ref.U)},
@@ -417,10 +423,10 @@ template <bool kLateV, bool kWide> void run_wy(const inputs &in, const wy_ref_t 
            r.ran);
     if (!kLateV)
         return;
-    wy_out g = launch_wy(in, ref, qc::wy_gva_kernel<kWide>, H);
+    wy_out g = launch_wy(in, ref, qc::wy_gva_kernel<kWide>, H, kTc);
     size_t nd = ndiff(g.W, r.W) + ndiff(g.U, r.U) + ndiff(g.A, r.A) + ndiff(g.T, r.T);
-    snprintf(name, sizeof name, "wy_gva_kernel (%d value heads a block), %s: bytes differing %zu",
-             HV / H, kWide ? "16-byte rows" : "pairs", nd);
+    snprintf(name, sizeof name, "wy_gva_kernel (%d value heads a block), %s%s: bytes differing %zu",
+             HV / H, kWide ? "16-byte rows" : "pairs", solve, nd);
     report(name,
            {{"W", rrms(wide(g.W), ref.W)},
             {"U", rrms(wide(g.U), ref.U)},
@@ -639,12 +645,14 @@ template <bool kWg, bool kWide> void run_e2e(const e2e &x, qs_ctx *ctx)
 
 /* The T form of the staged forward (gdn_tform): wy (a value head a block, or kGva the q/k head's
  * value heads) keeps Tu and A, and the walk of kW warps forms Vn = Tu (V - e^G . (K S)). */
-template <int kW, bool kGva, bool kWg> void run_e2e_tform(const e2e &x, qs_ctx *ctx)
+template <int kW, bool kGva, bool kWg, bool kTc = false>
+void run_e2e_tform(const e2e &x, qs_ctx *ctx)
 {
     constexpr int HVV = e2e::HVV, TT = e2e::TT, B = e2e::B;
     const int64_t nch = static_cast<int64_t>(x.chunks.size() / 2);
     const size_t rows = static_cast<size_t>(HVV) * TT, ns = x.h0.size();
     qc::gdn_chunk_problem cp{B, 0, TT, e2e::HQ, HVV, D, D, x.p.scale, QS_FP32, x.cu};
+    cp.solve_tc = kTc;
     const bf16 nan = bf16(NAN);
     std::vector<bf16> Tu(rows * C, nan), A(rows * C, nan), o(rows * D, nan);
     std::vector<float> ht(ns, NAN);
@@ -668,10 +676,10 @@ template <int kW, bool kGva, bool kWg> void run_e2e_tform(const e2e &x, qs_ctx *
     g_n++;
     bool ok = ran && st == QS_OK && eo <= 2e-2 && eh <= 2e-2;
     g_fail += ok ? 0 : 1;
-    printf("%s %d - the staged forward's T form against qs_gdn_fwd, %d warps, %s, %s: o %.2e ht "
+    printf("%s %d - the staged forward's T form against qs_gdn_fwd, %d warps, %s, %s%s: o %.2e ht "
            "%.2e%s\n",
-           ok ? "ok" : "FAIL", g_n, kW, kWg ? "wgmma" : "mma.sync", kGva ? "wy_gva" : "wy_fast", eo,
-           eh, ran ? "" : " (the launch failed)");
+           ok ? "ok" : "FAIL", g_n, kW, kWg ? "wgmma" : "mma.sync", kGva ? "wy_gva" : "wy_fast",
+           kTc ? ", the solve on the tensor cores" : "", eo, eh, ran ? "" : " (the launch failed)");
 }
 
 } // namespace
@@ -685,6 +693,8 @@ int main()
     run_wy<true, true>(in, wref);
     run_wy<false, false>(in, wref);
     run_wy<false, true>(in, wref);
+    run_wy<true, true, true>(in, wref);
+    run_wy<false, false, true>(in, wref);
     walk_ref ref = reference(in);
     run<4, false>(in, ref);
     run<4, true>(in, ref);
@@ -698,6 +708,7 @@ int main()
     run_e2e_tform<8, true, false>(x, ctx);
     run_e2e_tform<4, true, true>(x, ctx);
     run_e2e_tform<8, false, true>(x, ctx);
+    run_e2e_tform<4, true, true, true>(x, ctx);
     qs_ctx_free(ctx);
     printf("gdn_emu: %d of %d passed\n", g_n - g_fail, g_n);
     return g_fail ? 1 : 0;

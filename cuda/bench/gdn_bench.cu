@@ -36,12 +36,14 @@
  * and 8 warps and the staged walk on the other instructions. The staged kernels' forms
  * (qc_gdn_chunk.h; the defaults are the fastest measured) are set from QSPEC_GDN_LEAN_WG (the
  * walks on wgmma or mma.sync), QSPEC_GDN_WY_WIDE (16-byte or 4-byte stores), QSPEC_GDN_WY_GVA
- * (wy_gva_kernel or wy_fast_kernel) and QSPEC_GDN_TFORM (the forward's T form or its W and U
- * form), each 0 or 1. The checks take the staged forward in both forms (the fused one must give
- * the W and U form's bytes); each staged timing is repeated with the other stores and the
- * other wy kernel, which must give the same bytes, then (the forward) in every form of the
- * walk and of wy with its accuracy against the FP32 recurrence, which must meet the goal (o <=
- * 0.005, ht <= 0.004), and (the backward) with the walks on the other instructions. */
+ * (wy_gva_kernel or wy_fast_kernel), QSPEC_GDN_TFORM (the forward's T form or its W and U
+ * form) and QSPEC_GDN_SOLVE_TC (the solve's block merges on the tensor cores or in FP32), each 0
+ * or 1; the checks run again, and the default form is timed again, with the other solve. The
+ * checks take the staged forward in both forms (the fused one must give the W and U form's bytes);
+ * each staged timing is repeated with the other stores and the other wy kernel, which must give the
+ * same bytes, then (the forward) in every form of the walk and of wy with its accuracy against the
+ * FP32 recurrence, which must meet the goal (o <= 0.005, ht <= 0.004), and (the backward) with the
+ * walks on the other instructions. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -842,6 +844,20 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                                wg ? "wgmma" : "mma.sync", eo, eh);
                         g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1; /* the issue's goal */
                     }
+            { /* the default form with the solve's merges in the other form: other bits */
+                qc::gdn_solve_tc = !qc::gdn_solve_tc;
+                double m = median_ms(e0, e1, fwd);
+                qc::gdn_solve_tc = !qc::gdn_solve_tc;
+                bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
+                CHECK_CUDA(cudaDeviceSynchronize());
+                double eo = dev_rrms(of, oref, nv), eh = dev_rrms(ht, htref, ns);
+                printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the solve's "
+                       "merges %s; o rrms %.5f  ht rrms %.5f",
+                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m,
+                       qc::gdn_solve_tc ? "in FP32 on the CUDA cores" : "on the tensor cores", eo,
+                       eh);
+                g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1;
+            }
             cudaFree(o_def);
             cudaFree(ht_def);
         }
@@ -981,6 +997,9 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             if (qc::gdn_chunk_wgmma_available())
                 variant(&qc::gdn_lean_wg, !qc::gdn_lean_wg,
                         qc::gdn_lean_wg ? "the walks on mma.sync" : "the walks on wgmma");
+            variant(&qc::gdn_solve_tc, !qc::gdn_solve_tc,
+                    qc::gdn_solve_tc ? "the solve's merges in FP32 on the CUDA cores"
+                                     : "the solve's merges on the tensor cores");
             printf("\n");
             CHECK_CUDA(bwd()); /* the default's outputs again, for the lines below */
             CHECK_CUDA(cudaDeviceSynchronize());
@@ -1079,6 +1098,12 @@ int main(int argc, char **argv)
             qc::gdn_lean_warps = 0;
             qc::gdn_lean_wg = !qc::gdn_lean_wg;
         }
+    }
+    if (!g_skip_smem) { /* the staged kernels with the solve's merges in the other form */
+        qc::gdn_solve_tc = !qc::gdn_solve_tc;
+        printf("checks again with QSPEC_GDN_SOLVE_TC=%d\n", qc::gdn_solve_tc);
+        checks(ctx);
+        qc::gdn_solve_tc = !qc::gdn_solve_tc;
     }
     qs_ctx_free(ctx);
     printf("gdn_bench: checks: %d failing\n", g_fail);

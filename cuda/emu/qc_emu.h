@@ -172,6 +172,12 @@ inline float2 __bfloat1622float2(__nv_bfloat162 h)
 {
     return float2{static_cast<float>(h.x), static_cast<float>(h.y)};
 }
+inline float __uint_as_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 inline float __fadd_rn(float a, float b)
 {
     return a + b;
@@ -710,6 +716,40 @@ template <typename T> void mma16816(float c[4], const uint32_t a[4], uint32_t b0
         }
         c[e] = acc;
     }
+}
+
+/* mma.sync m16n8k8 with TF32 operands (row.col, FP32 accumulation): c[4] += A B; A rows g,
+ * g + 8 and columns t, t + 4 (a[0] (g, t), a[1] (g + 8, t), a[2] (g, t + 4), a[3] (g + 8,
+ * t + 4)), B rows t, t + 4 of column g, C as m16n8k16's. The operands' low 13 bits are
+ * ignored, as the tensor cores read a TF32 register. */
+inline void mma1688_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    const uint32_t *all = warp_exchange(mine, 6);
+    int lane = flat_tid() & 31, g = lane >> 2, t = lane & 3;
+    auto val = [](uint32_t bits) {
+        bits &= 0xffffe000u;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    };
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float acc = c[e];
+        for (int k = 0; k < 8; k++) {
+            const uint32_t *fa = all + kSlot * ((row & 7) * 4 + (k & 3));
+            const uint32_t *fb = all + kSlot * (col * 4 + (k & 3));
+            acc += val(fa[(row >> 3) + 2 * (k >> 2)]) * val(fb[4 + (k >> 2)]);
+        }
+        c[e] = acc;
+    }
+}
+/* cvt.rna.tf32.f32 (finite x): to 10 fraction bits, to nearest, ties away from zero. */
+inline uint32_t cvt_rna_tf32(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return (b + 0x1000u) & 0xffffe000u;
 }
 
 /* ldmatrix .x4 (.trans): lane l gives the address of row l % 8 of matrix l / 8; r[i] of lane l
