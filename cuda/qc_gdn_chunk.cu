@@ -795,12 +795,17 @@ template <bool kWg> serial_kernel<decltype(&dstate_lean_kernel<4>)> dstate_of(in
         return {dstate_lean_kernel<8, kWg>, 256, lean_layout<true, 8, kWg>::kBytes, 128};
     return {dstate_lean_kernel<4, kWg>, 128, lean_layout<true, 4, kWg>::kBytes, 64};
 }
-/* The lean walk for lw warps: on wgmma under gdn_lean_wg where the sm_90a kernels run; tform
- * (the forward only): the T form's. */
+/* Whether the lean walks run on wgmma: under gdn_lean_wg, where the sm_90a kernels run. */
+bool lean_on_wgmma()
+{
+    return gdn_lean_wg && fl::wg::available();
+}
+/* The lean walk for lw warps (lean_on_wgmma picks the instructions); tform (the forward only):
+ * the T form's. */
 template <bool kOut>
 serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_pick(int lw, bool tform = false)
 {
-    bool wg = gdn_lean_wg && fl::wg::available();
+    bool wg = lean_on_wgmma();
     if constexpr (kOut)
         if (tform)
             return wg ? state_of<true, true, true>(lw) : state_of<true, false, true>(lw);
@@ -1465,7 +1470,7 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
         cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     int lw = lean_warps(p);
     auto sk = state_pick<false>(lw);
-    auto dk_ = gdn_lean_wg && fl::wg::available() ? dstate_of<true>(lw) : dstate_of<false>(lw);
+    auto dk_ = lean_on_wgmma() ? dstate_of<true>(lw) : dstate_of<false>(lw);
     if (err == cudaSuccess)
         err =
             cudaFuncSetAttribute(sk.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk.smem);

@@ -814,23 +814,36 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                                       : "wy_gva, a q/k head's value heads a block") != 0;
             if (!qc::gdn_tform)
                 g_fail += variant(&qc::gdn_wy_tiles, 5, "wy_fast with five tiles") != 0;
+            /* the staged path timed with each (knob, value) set, then its o and final state
+             * against the FP32 recurrence (eo, eh), held to the issue's accuracy goal */
+            auto form_time = [&](std::initializer_list<std::pair<int *, int>> knobs, double &eo,
+                                 double &eh) {
+                std::vector<int> was;
+                for (auto kv : knobs) {
+                    was.push_back(*kv.first);
+                    *kv.first = kv.second;
+                }
+                double m = median_ms(e0, e1, fwd);
+                size_t i = 0;
+                for (auto kv : knobs)
+                    *kv.first = was[i++];
+                bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
+                CHECK_CUDA(cudaDeviceSynchronize());
+                eo = dev_rrms(of, oref, nv);
+                eh = dev_rrms(ht, htref, ns);
+                g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1; /* the issue's goal */
+                return m;
+            };
             /* every form of the walk and of wy (T or W and U, wy_gva or not, mma.sync or
              * wgmma): its time and its accuracy (other roundings in the other form) */
             const int nwg = qc::gdn_chunk_wgmma_available() ? 2 : 1;
+            double eo, eh;
             for (int tf = 0; tf < 2; tf++)
                 for (int gv = 0; gv < (hv > h ? 2 : 1); gv++)
                     for (int wg = 0; wg < nwg; wg++) {
-                        int was_t = qc::gdn_tform, was_g = qc::gdn_wy_gva, was_w = qc::gdn_lean_wg;
-                        qc::gdn_tform = tf;
-                        qc::gdn_wy_gva = gv;
-                        qc::gdn_lean_wg = wg;
-                        double m = median_ms(e0, e1, fwd);
-                        qc::gdn_tform = was_t;
-                        qc::gdn_wy_gva = was_g;
-                        qc::gdn_lean_wg = was_w;
-                        bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
-                        CHECK_CUDA(cudaDeviceSynchronize());
-                        double eo = dev_rrms(of, oref, nv), eh = dev_rrms(ht, htref, ns);
+                        double m = form_time(
+                            {{&qc::gdn_tform, tf}, {&qc::gdn_wy_gva, gv}, {&qc::gdn_lean_wg, wg}},
+                            eo, eh);
                         if (!tf && !o_smem) { /* the W and U form's bytes, for the fused path */
                             CHECK_CUDA(cudaMalloc(&o_smem, nv * 2));
                             CHECK_CUDA(cudaMalloc(&ht_smem, ns * 4));
@@ -842,22 +855,13 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                                kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m,
                                tf ? "T" : "W and U", gv ? ", wy_gva" : "",
                                wg ? "wgmma" : "mma.sync", eo, eh);
-                        g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1; /* the issue's goal */
                     }
-            { /* the default form with the solve's merges in the other form: other bits */
-                qc::gdn_solve_tc = !qc::gdn_solve_tc;
-                double m = median_ms(e0, e1, fwd);
-                qc::gdn_solve_tc = !qc::gdn_solve_tc;
-                bf16_to_f32<<<blocks(nv), 256>>>(o, of, nv);
-                CHECK_CUDA(cudaDeviceSynchronize());
-                double eo = dev_rrms(of, oref, nv), eh = dev_rrms(ht, htref, ns);
-                printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the solve's "
-                       "merges %s; o rrms %.5f  ht rrms %.5f",
-                       kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m,
-                       qc::gdn_solve_tc ? "in FP32 on the CUDA cores" : "on the tensor cores", eo,
-                       eh);
-                g_fail += eo <= 0.005 && eh <= 0.004 ? 0 : 1;
-            }
+            /* the default form with the solve's merges in the other form: other bits */
+            double m = form_time({{&qc::gdn_solve_tc, !qc::gdn_solve_tc}}, eo, eh);
+            printf("\ntime gdn_fwd chunk-%-10s hv%-3lld %lld x %-6lld %8.3f ms  the solve's "
+                   "merges %s; o rrms %.5f  ht rrms %.5f",
+                   kMmaName[mma], (long long)hv, (long long)nseq, (long long)seq_t, m,
+                   qc::gdn_solve_tc ? "in FP32 on the CUDA cores" : "on the tensor cores", eo, eh);
             cudaFree(o_def);
             cudaFree(ht_def);
         }

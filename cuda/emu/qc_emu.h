@@ -727,12 +727,7 @@ inline void mma1688_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t 
     uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
     const uint32_t *all = warp_exchange(mine, 6);
     int lane = flat_tid() & 31, g = lane >> 2, t = lane & 3;
-    auto val = [](uint32_t bits) {
-        bits &= 0xffffe000u;
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        return f;
-    };
+    auto val = [](uint32_t bits) { return __uint_as_float(bits & 0xffffe000u); };
     for (int e = 0; e < 4; e++) {
         int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         float acc = c[e];
