@@ -19,9 +19,9 @@
  * fused into one that keeps W, U and A in shared memory: the same o and final state) or
  * `chunk-bf16-wgmma` (that kernel with the walk's products on wgmma, sm_90a). The chunked
  * backward's dq̂, dk̂ per value head come back to qk_kernel here for the GVA sum and the l2norm
- * backward. QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE, QSPEC_GDN_WY_GVA, QSPEC_GDN_TFORM and
- * QSPEC_GDN_SOLVE_TC, read with it, choose the staged kernels' forms (gdn_forms_from_env,
- * qc_gdn_chunk.h). */
+ * backward. QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE, QSPEC_GDN_WY_GVA, QSPEC_GDN_TFORM,
+ * QSPEC_GDN_SOLVE_TC and QSPEC_GDN_PIPE, read with it, choose the staged kernels' forms
+ * (gdn_forms_from_env, qc_gdn_chunk.h). */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>

@@ -23,6 +23,7 @@
  * launchers. */
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <cuda_bf16.h>
 #include <vector>
 
@@ -44,6 +45,7 @@ int gdn_wy_wide = 1;
 int gdn_wy_gva = -1;
 int gdn_tform = 1;
 int gdn_solve_tc = 0;
+int gdn_pipe = 0;
 
 void gdn_forms_from_env()
 {
@@ -59,6 +61,11 @@ void gdn_forms_from_env()
         flag("QSPEC_GDN_TFORM", &gdn_tform);
         flag("QSPEC_GDN_LEAN_WG", &gdn_lean_wg);
         flag("QSPEC_GDN_SOLVE_TC", &gdn_solve_tc);
+        const char *e = getenv("QSPEC_GDN_PIPE");
+        char *end = nullptr;
+        long n = e ? strtol(e, &end, 10) : -1;
+        if (e && end != e && *end == 0 && n >= 0 && n <= 64)
+            gdn_pipe = static_cast<int>(n);
         return true;
     }();
     (void)once;
@@ -754,10 +761,9 @@ __global__ void __launch_bounds__(256, 1)
 
 /* The lean kernels' warps a block: 8 (128 value columns) when hv x nseq blocks cover the
  * device's SMs, else 4 (64 columns, twice the blocks); gdn_lean_warps = 4 or 8 fixes it. */
-int lean_warps(const gdn_chunk_problem &p)
+/* The current device's SMs (1 << 30 when it cannot be asked), cached by device. */
+int sm_count()
 {
-    if (gdn_lean_warps == 4 || gdn_lean_warps == 8)
-        return gdn_lean_warps;
     static std::atomic<int> sms_of[64]; /* by device, 0 until asked */
     int dev = 0, sms = 0;
     if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64)
@@ -768,7 +774,88 @@ int lean_warps(const gdn_chunk_problem &p)
         sms = 1 << 30;
     else if (dev >= 0 && dev < 64)
         sms_of[dev].store(sms, std::memory_order_relaxed);
-    return p.hv * p.nseq >= sms ? 8 : 4;
+    return sms;
+}
+int lean_warps(const gdn_chunk_problem &p)
+{
+    if (gdn_lean_warps == 4 || gdn_lean_warps == 8)
+        return gdn_lean_warps;
+    return p.hv * p.nseq >= sm_count() ? 8 : 4;
+}
+
+/* gdn_pipe's pieces for a walk of `blocks` blocks with `scratch` bytes free for the two states
+ * handed between pieces; 0: one piece. One sequence only (its chunks are a range of the chunk
+ * table, which wy takes piece by piece), at least two chunks a piece, and only where the walk
+ * leaves room on the SMs for wy's blocks beside it (a block an SM or fewer). */
+int pipe_pieces(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int64_t blocks,
+                size_t scratch)
+{
+    if (gdn_pipe < 2 || p.nseq != 1 || plan.nchunks < 2 * static_cast<int64_t>(gdn_pipe))
+        return 0;
+    if (scratch < 2 * sizeof(float) * static_cast<size_t>(p.hv) * p.dk * p.dv)
+        return 0;
+    return blocks <= sm_count() ? gdn_pipe : 0;
+}
+
+/* The chunks of one sequence in `pieces` pieces: wy(lo, hi, stream) forms chunks lo .. hi - 1
+ * (table rows), walk(pp, h0, ht, stream) walks pp's window from state h0 to ht. wy takes the
+ * pieces one after another on st; the walks run on a second stream of the device's greatest
+ * priority (so that as blocks of wy retire, the walk's take their place first), the walk of
+ * piece i after wy of piece i (an event) and beside wy of piece i + 1. The state between
+ * pieces is FP32 in scratch (two states, taken in turn), so the walk's bits are those of one
+ * piece. Every launch is ordered after what st held before the call, and st after every launch
+ * of the call. */
+template <class Wy, class Walk>
+cudaError_t run_pieces(const gdn_chunk_problem &p, int64_t nch, int pieces, float *scratch,
+                       const float *h0, float *ht, cudaStream_t st, Wy wy, Walk walk)
+{
+    static std::mutex mu;
+    static cudaStream_t side_of[64]; /* by device, created the first time, kept */
+    int dev = 0, least = 0, greatest = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess && (dev < 0 || dev >= 64))
+        err = cudaErrorInvalidDevice;
+    cudaStream_t side = nullptr;
+    if (err == cudaSuccess) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!side_of[dev]) {
+            err = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+            if (err == cudaSuccess)
+                err = cudaStreamCreateWithPriority(&side_of[dev], cudaStreamNonBlocking, greatest);
+        }
+        side = side_of[dev];
+    }
+    cudaEvent_t fork = nullptr, ready = nullptr;
+    if (err == cudaSuccess)
+        err = cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+    if (err == cudaSuccess)
+        err = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+    if (err == cudaSuccess)
+        err = cudaEventRecord(fork, st);
+    if (err == cudaSuccess)
+        err = cudaStreamWaitEvent(side, fork, 0);
+    auto cut = [&](int i) { return nch * i / pieces; };
+    const size_t ns = static_cast<size_t>(p.hv) * p.dk * p.dv;
+    for (int i = 0; i < pieces && err == cudaSuccess; i++) {
+        wy(cut(i), cut(i + 1), st);
+        err = cudaEventRecord(ready, st);
+        if (err == cudaSuccess)
+            err = cudaStreamWaitEvent(side, ready, 0);
+        gdn_chunk_problem pp = p;
+        pp.walk_lo = static_cast<int32_t>(cut(i));
+        pp.walk_hi = static_cast<int32_t>(cut(i + 1));
+        if (err == cudaSuccess)
+            walk(pp, i == 0 ? h0 : scratch + ((i - 1) & 1) * ns,
+                 i + 1 == pieces ? ht : scratch + (i & 1) * ns, side);
+    }
+    if (err == cudaSuccess) /* st after the last walk */
+        err = cudaEventRecord(fork, side);
+    if (err == cudaSuccess)
+        err = cudaStreamWaitEvent(st, fork, 0);
+    for (cudaEvent_t e : {fork, ready})
+        if (e)
+            cudaEventDestroy(e); /* released once its work completes */
+    return err == cudaSuccess ? cudaGetLastError() : err;
 }
 
 /* The serial kernels of kGdnMmaBf16Smem, their threads, shared memory and value columns a
@@ -830,16 +917,30 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
          *U = W + static_cast<size_t>(p.hv) * p.tokens * p.dk;
     bf16 *A = U + static_cast<size_t>(p.hv) * p.tokens * p.dv;
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
-    if (plan.nchunks > 0)
-        wy.fn<<<dim3((unsigned)plan.nchunks, wy.heads), kThreads, wy.smem, st>>>(
-            with_solve(p), plan.chunks, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A,
-            nullptr);
+    const gdn_chunk_problem ps = with_solve(p);
+    auto wy_range = [&](int64_t lo, int64_t hi, cudaStream_t s) {
+        if (hi > lo)
+            wy.fn<<<dim3((unsigned)(hi - lo), wy.heads), kThreads, wy.smem, s>>>(
+                ps, plan.chunks + 2 * lo, tq, tk, static_cast<const bf16 *>(v), g, beta, W, U, A,
+                nullptr);
+    };
     /* the T form's walk: Tu in W, the values in place of U */
     const bf16 *xu = tform ? static_cast<const bf16 *>(v) : U;
+    const dim3 grid((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq);
+    auto walk = [&](const gdn_chunk_problem &pp, const float *a, float *b, cudaStream_t s) {
+        sk.fn<<<grid, sk.threads, sk.smem, s>>>(pp, tq, tk, g, W, xu, A, a, static_cast<bf16 *>(o),
+                                                b, nullptr, 0, nullptr, nullptr);
+    };
+    /* the states between pieces: the workspace's second half (the BF16 tiles take the first) */
+    const size_t half = (plan.ws_floats + 1) / 2;
+    int pieces = pipe_pieces(p, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z,
+                             (plan.ws_floats - half) * sizeof(float));
+    float *scratch = plan.ws + half;
+    if (pieces)
+        return run_pieces(p, plan.nchunks, pieces, scratch, h0, ht, st, wy_range, walk);
+    wy_range(0, plan.nchunks, st);
     if (p.nseq > 0)
-        sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
-                sk.smem, st>>>(p, tq, tk, g, W, xu, A, h0, static_cast<bf16 *>(o), ht, nullptr, 0,
-                               nullptr, nullptr);
+        walk(p, h0, ht, st);
     return cudaGetLastError();
 }
 
@@ -1498,11 +1599,30 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     if (err != cudaSuccess)
         return err;
     if (plan.nchunks > 0 && !fused) {
-        wy.fn<<<dim3((unsigned)plan.nchunks, wy.heads), kThreads, wy.smem, st>>>(
-            with_solve(p), plan.chunks, tq, tk, tv, g, beta, W, U, A, Tw);
-        sk.fn<<<dim3((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq), sk.threads,
-                sk.smem, st>>>(p, tq, tk, g, W, U, A, h0, nullptr, nullptr, plan.chunk0,
-                               plan.nchunks, hs, U);
+        const gdn_chunk_problem ps = with_solve(p);
+        auto wy_range = [&](int64_t lo, int64_t hi, cudaStream_t s) {
+            if (hi > lo)
+                wy.fn<<<dim3((unsigned)(hi - lo), wy.heads), kThreads, wy.smem, s>>>(
+                    ps, plan.chunks + 2 * lo, tq, tk, tv, g, beta, W, U, A, Tw);
+        };
+        const dim3 grid((unsigned)(p.dv / sk.cols), (unsigned)p.hv, (unsigned)p.nseq);
+        auto walk = [&](const gdn_chunk_problem &pp, const float *a, float *b, cudaStream_t s) {
+            sk.fn<<<grid, sk.threads, sk.smem, s>>>(pp, tq, tk, g, W, U, A, a, nullptr, b,
+                                                    plan.chunk0, plan.nchunks, hs, U);
+        };
+        /* the states between pieces in the value heads' dq̂, dk̂ (written only later, by
+         * grad_fast_kernel) */
+        const size_t nqk = 2 * static_cast<size_t>(p.tokens) * p.hv * p.dk;
+        int pieces = pipe_pieces(p, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z,
+                                 nqk * sizeof(bf16));
+        if (pieces)
+            err = run_pieces(p, plan.nchunks, pieces, plan.dqk, h0, nullptr, st, wy_range, walk);
+        else {
+            wy_range(0, plan.nchunks, st);
+            walk(p, h0, nullptr, st);
+        }
+        if (err != cudaSuccess)
+            return err;
     }
     if (p.nseq > 0)
         dk_.fn<<<dim3((unsigned)(p.dv / dk_.cols), (unsigned)p.hv, (unsigned)p.nseq), dk_.threads,

@@ -1284,7 +1284,8 @@ __device__ __forceinline__ void wg_chunk_t(float (&s)[16][4], const uint32_t (&s
 }
 
 /* The forward walk (kOut: o, from Q and A too) or the backward's state pass (!kOut: the BF16
- * state before each chunk into hs, Vn over U through vn), the lean way. Per chunk and warp:
+ * state before each chunk into hs, Vn over U through vn), the lean way, over the chunks of
+ * p's window (walk_lo, walk_hi) of each sequence. Per chunk and warp:
  * Vn^T = U^T - S^T W^T, o^T = (S^T Q^T) . scale e^G + Vn^T A^T, S^T = e^{G_l} S^T + (Vn^T . F) K,
  * every product rounded to BF16 as an operand, FP32 accumulation. kWg (sm_90a): the products
  * on wgmma (wg_chunk), each group of four warps one warpgroup of 64 columns, reading W, K, Q
@@ -1343,15 +1344,17 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
             s[nt][e] =
                 h0 ? h0[sbase + static_cast<size_t>(acc_col(nt, e)) * p.dv + cv + cw + acc_row(e)]
                    : 0.0f;
-    if (nch > 0)
-        fetch(0, 0);
+    /* the chunks of the window (gdn_chunk_problem::walk_lo, walk_hi) */
+    const int64_t lo = p.walk_lo < nch ? p.walk_lo : nch, hi = p.walk_hi < nch ? p.walk_hi : nch;
+    if (lo < hi)
+        fetch(lo, 0);
     cp_commit();
-    for (int64_t c = 0; c < nch; c++) {
-        int b = static_cast<int>(c & 1);
+    for (int64_t c = lo; c < hi; c++) {
+        int b = static_cast<int>((c - lo) & 1);
         int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
         __syncthreads(); /* every warp is done with stage b ^ 1 */
-        if (c + 1 < nch)
+        if (c + 1 < hi)
             fetch(c + 1, b ^ 1);
         cp_commit();
         uint32_t sa[8][4]; /* S^T in BF16, the A operand */

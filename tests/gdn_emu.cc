@@ -8,7 +8,9 @@
  * operands (T diag(beta e^G), T diag(beta), the state, Vn, F . Vn, the state gradient, dVn,
  * scale e^G . dO) and of the outputs. Two sequences of 150 and 70 tokens (both end inside a
  * chunk), two value heads on one q/k head, an initial state and a dht; the walks' workspace
- * inputs (W, U, A) are random: the walks are functions of them whatever produced them. First,
+ * inputs (W, U, A) are random: the walks are functions of them whatever produced them. The
+ * walks again over windows of the chunks, chained through FP32 states as gdn_pipe chains
+ * them, must give one walk's bytes. First,
  * put_strip's two forms on distinct values; wy_gva_kernel, which must give wy_fast_kernel's bytes;
  * last, the staged forward and backward end to end
  * (wy_fast_kernel, the walks, grad_fast_kernel, qk_sum_h_kernel, as the plugin launches them)
@@ -684,6 +686,78 @@ void run_e2e_tform(const e2e &x, qs_ctx *ctx)
 
 } // namespace
 
+/* The walks over windows of each sequence's chunks (gdn_chunk_problem::walk_lo, walk_hi: [0, 1),
+ * [1, 2), [2, end), the last one empty for the second sequence), chained through FP32 states as
+ * gdn_pipe's launches chain them, against one walk over every chunk: the same bytes of o and the
+ * final state (the forward, kTf its T form) and of hs and Vn (the backward's state pass). */
+template <int kW, bool kWg, bool kTf> void run_windows(const inputs &in)
+{
+    const qc::gdn_chunk_problem p{NSEQ, 0, T, H, HV, D, D, in.scale, 0, kCu};
+    const uint3e grid{static_cast<unsigned>(D / (16 * kW)), HV, NSEQ}, block{32u * kW, 1, 1};
+    const int32_t cuts[] = {0, 1, 2, INT32_MAX};
+    const size_t no = static_cast<size_t>(T) * HV * D, ns = in.h0.size();
+    auto ndiff = [](const void *a, const void *b, size_t bytes) {
+        double n = 0;
+        for (size_t i = 0; i < bytes; i++)
+            n += static_cast<const unsigned char *>(a)[i] != static_cast<const unsigned char *>(b)[i];
+        return n;
+    };
+    /* pieces 0: one walk; else the windows, the states in turn through s[0], s[1] */
+    auto walks = [&](bool pieces, bool out, bf16 *o, float *ht, bf16 *hs, bf16 *vn) {
+        std::vector<float> st[2] = {std::vector<float>(ns), std::vector<float>(ns)};
+        bool ran = true;
+        const int n = pieces ? 3 : 1;
+        for (int i = 0; i < n; i++) {
+            qc::gdn_chunk_problem pp = p;
+            pp.walk_lo = pieces ? cuts[i] : 0;
+            pp.walk_hi = pieces ? cuts[i + 1] : INT32_MAX;
+            const float *a = i == 0 ? in.h0.data() : st[(i - 1) & 1].data();
+            float *b = i + 1 == n ? ht : st[i & 1].data();
+            if (out)
+                ran = ran && qc::emu::launch(grid, block, qc::state_lean_kernel<true, kW, kWg, kTf>,
+                                             pp, in.q.data(), in.k.data(), in.g.data(),
+                                             in.W.data(), kTf ? in.v.data() : in.U.data(),
+                                             in.A.data(), a, o, b,
+                                             static_cast<const int32_t *>(nullptr), int64_t{0},
+                                             static_cast<bf16 *>(nullptr),
+                                             static_cast<bf16 *>(nullptr));
+            else
+                ran = ran && qc::emu::launch(grid, block, qc::state_lean_kernel<false, kW, kWg>, pp,
+                                             static_cast<const bf16 *>(nullptr), in.k.data(),
+                                             in.g.data(), in.W.data(), vn,
+                                             static_cast<const bf16 *>(nullptr), a,
+                                             static_cast<bf16 *>(nullptr), b, kChunk0,
+                                             int64_t{NCH}, hs, vn);
+        }
+        return ran;
+    };
+    char name[120];
+    {
+        std::vector<bf16> o1(no, bf16(0.0f)), o3(no, bf16(0.0f));
+        std::vector<float> ht1(ns), ht3(ns);
+        bool ran = walks(false, true, o1.data(), ht1.data(), nullptr, nullptr) &&
+                   walks(true, true, o3.data(), ht3.data(), nullptr, nullptr);
+        snprintf(name, sizeof name, "state_lean_kernel, %s forward, %d warps, %s, in 3 windows",
+                 kTf ? "T-form" : "W and U", kW, kWg ? "wgmma" : "mma.sync");
+        report(name,
+               {{"o bytes differing", ndiff(o1.data(), o3.data(), no * sizeof(bf16))},
+                {"ht bytes differing", ndiff(ht1.data(), ht3.data(), ns * sizeof(float))}},
+               ran);
+    }
+    if (!kTf) {
+        const size_t nhs = static_cast<size_t>(HV) * NCH * D * D;
+        std::vector<bf16> hs1(nhs, bf16(0.0f)), hs3(nhs, bf16(0.0f)), vn1 = in.U, vn3 = in.U;
+        bool ran = walks(false, false, nullptr, nullptr, hs1.data(), vn1.data()) &&
+                   walks(true, false, nullptr, nullptr, hs3.data(), vn3.data());
+        snprintf(name, sizeof name, "state_lean_kernel, state pass, %d warps, %s, in 3 windows", kW,
+                 kWg ? "wgmma" : "mma.sync");
+        report(name,
+               {{"hs bytes differing", ndiff(hs1.data(), hs3.data(), nhs * sizeof(bf16))},
+                {"vn bytes differing", ndiff(vn1.data(), vn3.data(), vn1.size() * sizeof(bf16))}},
+               ran);
+    }
+}
+
 int main()
 {
     inputs in;
@@ -700,6 +774,10 @@ int main()
     run<4, true>(in, ref);
     run<8, false>(in, ref);
     run<8, true>(in, ref);
+    run_windows<4, true, true>(in);
+    run_windows<4, false, true>(in);
+    run_windows<4, true, false>(in);
+    run_windows<8, false, false>(in);
     e2e x;
     qs_ctx *ctx = qs_ctx_new();
     run_e2e<false, false>(x, ctx);

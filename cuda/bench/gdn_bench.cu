@@ -43,7 +43,8 @@
  * each staged timing is repeated with the other stores and the other wy kernel, which must give the
  * same bytes, then (the forward) in every form of the walk and of wy with its accuracy against the
  * FP32 recurrence, which must meet the goal (o <= 0.005, ht <= 0.004), and (the backward) with the
- * walks on the other instructions. */
+ * walks on the other instructions. At 1 x 32768 both directions are timed again with wy beside the
+ * walk in 4 and 8 pieces (QSPEC_GDN_PIPE; it must give the same bytes). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -814,6 +815,13 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                                       : "wy_gva, a q/k head's value heads a block") != 0;
             if (!qc::gdn_tform)
                 g_fail += variant(&qc::gdn_wy_tiles, 5, "wy_fast with five tiles") != 0;
+            /* wy and the walk in pieces on two streams (one sequence only): the same bytes */
+            if (nseq == 1)
+                for (int pieces : {4, 8})
+                    if (pieces != qc::gdn_pipe)
+                        g_fail += variant(&qc::gdn_pipe, pieces,
+                                          pieces == 4 ? "wy beside the walk, 4 pieces"
+                                                      : "wy beside the walk, 8 pieces") != 0;
             /* the staged path timed with each (knob, value) set, then its o and final state
              * against the FP32 recurrence (eo, eh), held to the issue's accuracy goal */
             auto form_time = [&](std::initializer_list<std::pair<int *, int>> knobs, double &eo,
@@ -1004,6 +1012,12 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             variant(&qc::gdn_solve_tc, !qc::gdn_solve_tc,
                     qc::gdn_solve_tc ? "the solve's merges in FP32 on the CUDA cores"
                                      : "the solve's merges on the tensor cores");
+            if (nseq == 1)
+                for (int pieces : {4, 8})
+                    if (pieces != qc::gdn_pipe)
+                        g_fail += variant(&qc::gdn_pipe, pieces,
+                                          pieces == 4 ? "wy beside the state pass, 4 pieces"
+                                                      : "wy beside the state pass, 8 pieces") != 0;
             printf("\n");
             CHECK_CUDA(bwd()); /* the default's outputs again, for the lines below */
             CHECK_CUDA(cudaDeviceSynchronize());
