@@ -759,8 +759,6 @@ __global__ void __launch_bounds__(256, 1)
                     s[nt][e];
 }
 
-/* The lean kernels' warps a block: 8 (128 value columns) when hv x nseq blocks cover the
- * device's SMs, else 4 (64 columns, twice the blocks); gdn_lean_warps = 4 or 8 fixes it. */
 /* The current device's SMs (1 << 30 when it cannot be asked), cached by device. */
 int sm_count()
 {
@@ -776,6 +774,8 @@ int sm_count()
         sms_of[dev].store(sms, std::memory_order_relaxed);
     return sms;
 }
+/* The lean kernels' warps a block: 8 (128 value columns) when hv x nseq blocks cover the
+ * device's SMs, else 4 (64 columns, twice the blocks); gdn_lean_warps = 4 or 8 fixes it. */
 int lean_warps(const gdn_chunk_problem &p)
 {
     if (gdn_lean_warps == 4 || gdn_lean_warps == 8)
