@@ -797,18 +797,28 @@ int pipe_pieces(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int64_t 
     return blocks <= sm_count() ? gdn_pipe : 0;
 }
 
-/* The chunks of one sequence in `pieces` pieces: wy(lo, hi, stream) forms chunks lo .. hi - 1
- * (table rows), walk(pp, h0, ht, stream) walks pp's window from state h0 to ht. wy takes the
- * pieces one after another on st; the walks run on a second stream of the device's greatest
+/* wy(lo, hi, stream), which forms chunks lo .. hi - 1 (table rows), then walk(pp, h0, ht,
+ * stream), which walks pp's window from state h0 to ht over a grid of `blocks` blocks, on st;
+ * or, where pipe_pieces gives pieces (`scratch`, `scratch_bytes` free for two states), the
+ * chunks of the one sequence in that many pieces: wy takes the pieces one after another on st; the walks run on a second stream of the device's greatest
  * priority (so that as blocks of wy retire, the walk's take their place first), the walk of
  * piece i after wy of piece i (an event) and beside wy of piece i + 1. The state between
  * pieces is FP32 in scratch (two states, taken in turn), so the walk's bits are those of one
  * piece. Every launch is ordered after what st held before the call, and st after every launch
  * of the call. */
 template <class Wy, class Walk>
-cudaError_t run_pieces(const gdn_chunk_problem &p, int64_t nch, int pieces, float *scratch,
-                       const float *h0, float *ht, cudaStream_t st, Wy wy, Walk walk)
+cudaError_t wy_and_walk(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int64_t blocks,
+                        float *scratch, size_t scratch_bytes, const float *h0, float *ht,
+                        cudaStream_t st, Wy wy, Walk walk)
 {
+    const int pieces = pipe_pieces(p, plan, blocks, scratch_bytes);
+    const int64_t nch = plan.nchunks;
+    if (!pieces) {
+        wy(0, nch, st);
+        if (p.nseq > 0)
+            walk(p, h0, ht, st);
+        return cudaGetLastError();
+    }
     static std::mutex mu;
     static cudaStream_t side_of[64]; /* by device, created the first time, kept */
     int dev = 0, least = 0, greatest = 0;
@@ -933,15 +943,8 @@ cudaError_t launch_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
     };
     /* the states between pieces: the workspace's second half (the BF16 tiles take the first) */
     const size_t half = (plan.ws_floats + 1) / 2;
-    int pieces = pipe_pieces(p, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z,
-                             (plan.ws_floats - half) * sizeof(float));
-    float *scratch = plan.ws + half;
-    if (pieces)
-        return run_pieces(p, plan.nchunks, pieces, scratch, h0, ht, st, wy_range, walk);
-    wy_range(0, plan.nchunks, st);
-    if (p.nseq > 0)
-        walk(p, h0, ht, st);
-    return cudaGetLastError();
+    return wy_and_walk(p, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z, plan.ws + half,
+                       (plan.ws_floats - half) * sizeof(float), h0, ht, st, wy_range, walk);
 }
 
 /* fused_fwd_kernel<kOut, kWg> with its shared memory, on the (64 value columns, value head,
@@ -1613,14 +1616,8 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
         /* the states between pieces in the value heads' dq̂, dk̂ (written only later, by
          * grad_fast_kernel) */
         const size_t nqk = 2 * static_cast<size_t>(p.tokens) * p.hv * p.dk;
-        int pieces = pipe_pieces(p, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z,
-                                 nqk * sizeof(bf16));
-        if (pieces)
-            err = run_pieces(p, plan.nchunks, pieces, plan.dqk, h0, nullptr, st, wy_range, walk);
-        else {
-            wy_range(0, plan.nchunks, st);
-            walk(p, h0, nullptr, st);
-        }
+        err = wy_and_walk(p, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z, plan.dqk,
+                          nqk * sizeof(bf16), h0, nullptr, st, wy_range, walk);
         if (err != cudaSuccess)
             return err;
     }

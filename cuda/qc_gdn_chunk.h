@@ -125,8 +125,8 @@ extern int gdn_wy_tiles;
 /* Sets gdn_lean_wg, gdn_wy_wide, gdn_wy_gva, gdn_tform, gdn_solve_tc and gdn_pipe from the
  * environment the first time it is called, and never again: QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE,
  * QSPEC_GDN_WY_GVA, QSPEC_GDN_TFORM and QSPEC_GDN_SOLVE_TC, each "0" or "1", and QSPEC_GDN_PIPE,
- * 0 to 64 (another value, or none, keeps the default). The plugin calls it when it selects its GDN path, gdn_bench first thing, so a
- * benchmark's later changes to them are not undone. */
+ * 0 to 64 (another value, or none, keeps the default). The plugin calls it when it selects its
+ * GDN path, gdn_bench first thing, so a benchmark's later changes to them are not undone. */
 void gdn_forms_from_env();
 /* dk and dv up to 128. */
 bool gdn_chunk_fits(int64_t dk, int64_t dv);

@@ -43,8 +43,8 @@
  * each staged timing is repeated with the other stores and the other wy kernel, which must give the
  * same bytes, then (the forward) in every form of the walk and of wy with its accuracy against the
  * FP32 recurrence, which must meet the goal (o <= 0.005, ht <= 0.004), and (the backward) with the
- * walks on the other instructions. At 1 x 32768 both directions are timed again with wy beside the
- * walk in 4 and 8 pieces (QSPEC_GDN_PIPE; it must give the same bytes). */
+ * walks on the other instructions. With one sequence (1 x 1024, 1 x 32768) both directions are timed
+ * again with wy beside the walk in 4 and 8 pieces (QSPEC_GDN_PIPE; it must give the same bytes). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -734,6 +734,20 @@ template <typename F> double median_ms(cudaEvent_t e0, cudaEvent_t e1, F launch)
     return ms[ms.size() / 2];
 }
 
+/* The staged path again through variant(knob, value, what) with wy beside the walk (`walk`
+ * names it) in 4 and 8 pieces, one sequence only: any byte that differs from one piece fails. */
+template <class V> void pipe_variants(int64_t nseq, const char *walk, V variant)
+{
+    if (nseq != 1)
+        return;
+    for (int pieces : {4, 8})
+        if (pieces != qc::gdn_pipe) {
+            char what[64];
+            snprintf(what, sizeof what, "wy beside the %s, %d pieces", walk, pieces);
+            g_fail += variant(&qc::gdn_pipe, pieces, what) != 0;
+        }
+}
+
 void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
 {
     const int64_t h = 16, D = 128, T = nseq * seq_t;
@@ -815,13 +829,7 @@ void time_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                                       : "wy_gva, a q/k head's value heads a block") != 0;
             if (!qc::gdn_tform)
                 g_fail += variant(&qc::gdn_wy_tiles, 5, "wy_fast with five tiles") != 0;
-            /* wy and the walk in pieces on two streams (one sequence only): the same bytes */
-            if (nseq == 1)
-                for (int pieces : {4, 8})
-                    if (pieces != qc::gdn_pipe)
-                        g_fail += variant(&qc::gdn_pipe, pieces,
-                                          pieces == 4 ? "wy beside the walk, 4 pieces"
-                                                      : "wy beside the walk, 8 pieces") != 0;
+            pipe_variants(nseq, "walk", variant);
             /* the staged path timed with each (knob, value) set, then its o and final state
              * against the FP32 recurrence (eo, eh), held to the issue's accuracy goal */
             auto form_time = [&](std::initializer_list<std::pair<int *, int>> knobs, double &eo,
@@ -1012,12 +1020,7 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
             variant(&qc::gdn_solve_tc, !qc::gdn_solve_tc,
                     qc::gdn_solve_tc ? "the solve's merges in FP32 on the CUDA cores"
                                      : "the solve's merges on the tensor cores");
-            if (nseq == 1)
-                for (int pieces : {4, 8})
-                    if (pieces != qc::gdn_pipe)
-                        g_fail += variant(&qc::gdn_pipe, pieces,
-                                          pieces == 4 ? "wy beside the state pass, 4 pieces"
-                                                      : "wy beside the state pass, 8 pieces") != 0;
+            pipe_variants(nseq, "state pass", variant);
             printf("\n");
             CHECK_CUDA(bwd()); /* the default's outputs again, for the lines below */
             CHECK_CUDA(cudaDeviceSynchronize());
