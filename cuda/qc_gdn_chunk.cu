@@ -39,13 +39,15 @@ int gdn_lean_warps = 0;
 int gdn_wy_tiles = 0;
 /* The defaults: the forms gdn_bench timed fastest (docs/perf.md, "The T form and the other forms
  * measured"): the walks on wgmma, 16-byte stores, the T form of the forward, and wy_gva_kernel
- * in the T form only (in the W and U form it was slower). */
+ * in the T form only (in the W and U form it was slower); the solve's merges on the tensor cores
+ * and, for one long sequence, wy beside the walk in 4 pieces (docs/perf.md, "The tensor-core
+ * solve and the pipe, timed"). */
 int gdn_lean_wg = 1;
 int gdn_wy_wide = 1;
 int gdn_wy_gva = -1;
 int gdn_tform = 1;
-int gdn_solve_tc = 0;
-int gdn_pipe = 0;
+int gdn_solve_tc = 1;
+int gdn_pipe = -1;
 
 void gdn_forms_from_env()
 {
@@ -64,7 +66,7 @@ void gdn_forms_from_env()
         const char *e = getenv("QSPEC_GDN_PIPE");
         char *end = nullptr;
         long n = e ? strtol(e, &end, 10) : -1;
-        if (e && end != e && *end == 0 && n >= 0 && n <= 64)
+        if (e && end != e && *end == 0 && n >= 0 && n <= 64) /* -1, the default, stays for none */
             gdn_pipe = static_cast<int>(n);
         return true;
     }();
@@ -784,17 +786,26 @@ int lean_warps(const gdn_chunk_problem &p)
 }
 
 /* gdn_pipe's pieces for a walk of `blocks` blocks with `scratch` bytes free for the two states
- * handed between pieces; 0: one piece. One sequence only (its chunks are a range of the chunk
- * table, which wy takes piece by piece), at least two chunks a piece, and only where the walk
- * leaves room on the SMs for wy's blocks beside it (a block an SM or fewer). */
+ * handed between pieces; 0: one piece. gdn_pipe -1 (the default) takes kAutoPieces pieces where
+ * each has at least kAutoChunks chunks, else one: at 1 x 1024 (16 chunks) 4 pieces were slower
+ * than one, at 1 x 32768 (512) faster (docs/perf.md); between them the bound is not tuned. Any
+ * count: one sequence only (its chunks are a range of the chunk table, which wy takes piece by
+ * piece), at least two chunks a piece, and only where the walk leaves room on the SMs for wy's
+ * blocks beside it (a block an SM or fewer). */
+constexpr int kAutoPieces = 4;
+constexpr int64_t kAutoChunks = 64;
+
 int pipe_pieces(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int64_t blocks,
                 size_t scratch)
 {
-    if (gdn_pipe < 2 || p.nseq != 1 || plan.nchunks < 2 * static_cast<int64_t>(gdn_pipe))
+    int n = gdn_pipe;
+    if (n < 0)
+        n = plan.nchunks >= kAutoPieces * kAutoChunks ? kAutoPieces : 0;
+    if (n < 2 || p.nseq != 1 || plan.nchunks < 2 * static_cast<int64_t>(n))
         return 0;
     if (scratch < 2 * sizeof(float) * static_cast<size_t>(p.hv) * p.dk * p.dv)
         return 0;
-    return blocks <= sm_count() ? gdn_pipe : 0;
+    return blocks <= sm_count() ? n : 0;
 }
 
 /* wy(lo, hi, stream), which forms chunks lo .. hi - 1 (table rows), then walk(pp, h0, ht,

@@ -109,14 +109,15 @@ inline bool gdn_wy_gva_on(bool tform)
  * The backward always takes the W and U form. */
 extern int gdn_tform;
 /* gdn_solve_tc: the staged kernels' solve of T = (I + L)^-1 (solve_t, qc_gdn_staged.cuh) merges
- * its 16 x 16 blocks on the tensor cores, three TF32 products a step (1), or in FP32 on the CUDA
- * cores (0, the default). Other roundings of T, so other bits, within the same bounds. */
+ * its 16 x 16 blocks on the tensor cores, three TF32 products a step (1, the default), or in FP32
+ * on the CUDA cores (0). Other roundings of T, so other bits, within the same bounds. */
 extern int gdn_solve_tc;
 /* gdn_pipe: where one sequence (nseq 1) is too short of blocks to fill the GPU with its walk
  * (one block an SM or fewer), the staged forward and the backward's first pass run wy and the
  * walk in gdn_pipe pieces of the sequence's chunks on two streams, wy on piece i + 1 beside the
  * walk on piece i (the walks on a stream of the greatest priority), the state handed from
- * piece to piece in FP32 (so the same bits as in one piece). 0 or 1 (the default): one piece. */
+ * piece to piece in FP32 (so the same bits as in one piece). 0 or 1: one piece; -1 (the
+ * default): 4 pieces where each has at least 64 chunks, else one. */
 extern int gdn_pipe;
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
@@ -125,7 +126,7 @@ extern int gdn_wy_tiles;
 /* Sets gdn_lean_wg, gdn_wy_wide, gdn_wy_gva, gdn_tform, gdn_solve_tc and gdn_pipe from the
  * environment the first time it is called, and never again: QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE,
  * QSPEC_GDN_WY_GVA, QSPEC_GDN_TFORM and QSPEC_GDN_SOLVE_TC, each "0" or "1", and QSPEC_GDN_PIPE,
- * 0 to 64 (another value, or none, keeps the default). The plugin calls it when it selects its
+ * 0 to 64 (another value, or none, keeps the default, -1). The plugin calls it when it selects its
  * GDN path, gdn_bench first thing, so a benchmark's later changes to them are not undone. */
 void gdn_forms_from_env();
 /* dk and dv up to 128. */

@@ -44,7 +44,8 @@
  * same bytes, then (the forward) in every form of the walk and of wy with its accuracy against the
  * FP32 recurrence, which must meet the goal (o <= 0.005, ht <= 0.004), and (the backward) with the
  * walks on the other instructions. With one sequence (1 x 1024, 1 x 32768) both directions are timed
- * again with wy beside the walk in 4 and 8 pieces (QSPEC_GDN_PIPE; it must give the same bytes). */
+ * again with wy and the walk in one piece and beside each other in 4 and 8 pieces (QSPEC_GDN_PIPE;
+ * each must give the same bytes). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -734,16 +735,20 @@ template <typename F> double median_ms(cudaEvent_t e0, cudaEvent_t e1, F launch)
     return ms[ms.size() / 2];
 }
 
-/* The staged path again through variant(knob, value, what) with wy beside the walk (`walk`
- * names it) in 4 and 8 pieces, one sequence only: any byte that differs from one piece fails. */
+/* The staged path again through variant(knob, value, what) with wy and the walk (`walk` names
+ * it) in one piece, then beside each other in 4 and 8 pieces, one sequence only (the default
+ * takes 4 where each piece has at least 64 chunks): any byte that differs fails. */
 template <class V> void pipe_variants(int64_t nseq, const char *walk, V variant)
 {
     if (nseq != 1)
         return;
-    for (int pieces : {4, 8})
+    for (int pieces : {1, 4, 8})
         if (pieces != qc::gdn_pipe) {
             char what[64];
-            snprintf(what, sizeof what, "wy beside the %s, %d pieces", walk, pieces);
+            if (pieces == 1)
+                snprintf(what, sizeof what, "wy, then the %s, one piece", walk);
+            else
+                snprintf(what, sizeof what, "wy beside the %s, %d pieces", walk, pieces);
             g_fail += variant(&qc::gdn_pipe, pieces, what) != 0;
         }
 }
@@ -1078,6 +1083,16 @@ int main(int argc, char **argv)
     qc::gdn_lean_warps = lw && (lw[0] == '4' || lw[0] == '8') && lw[1] == 0 ? lw[0] - '0' : 0;
     printf("chunk-bf16-smem: lean serial kernels of %s warps a block (QSPEC_GDN_LEAN_WARPS=%s)\n",
            qc::gdn_lean_warps ? lw : "4 or 8", lw ? lw : "unset");
+    const char *tc = getenv("QSPEC_GDN_SOLVE_TC"), *pp = getenv("QSPEC_GDN_PIPE");
+    printf("chunk-bf16-smem: the solve's merges %s (QSPEC_GDN_SOLVE_TC=%s)\n",
+           qc::gdn_solve_tc ? "on the tensor cores" : "in FP32 on the CUDA cores",
+           tc ? tc : "unset");
+    if (qc::gdn_pipe < 0)
+        printf("chunk-bf16-smem: one sequence's wy and walk in 4 pieces where each has 64 chunks "
+               "or more (QSPEC_GDN_PIPE=%s)\n", pp ? pp : "unset");
+    else
+        printf("chunk-bf16-smem: one sequence's wy and walk in %d piece(s) (QSPEC_GDN_PIPE=%s)\n",
+               qc::gdn_pipe > 1 ? qc::gdn_pipe : 1, pp ? pp : "unset");
     bool timing = true, fwd = true, bwd = true;
     for (int i = 1; i < argc; i++) {
         timing = timing && strcmp(argv[i], "--no-timing") != 0;
