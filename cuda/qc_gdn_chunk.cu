@@ -786,26 +786,12 @@ int lean_warps(const gdn_chunk_problem &p)
 }
 
 /* gdn_pipe's pieces for a walk of `blocks` blocks with `scratch` bytes free for the two states
- * handed between pieces; 0: one piece. gdn_pipe -1 (the default) takes kAutoPieces pieces where
- * each has at least kAutoChunks chunks, else one: at 1 x 1024 (16 chunks) 4 pieces were slower
- * than one, at 1 x 32768 (512) faster (docs/perf.md); between them the bound is not tuned. Any
- * count: one sequence only (its chunks are a range of the chunk table, which wy takes piece by
- * piece), at least two chunks a piece, and only where the walk leaves room on the SMs for wy's
- * blocks beside it (a block an SM or fewer). */
-constexpr int kAutoPieces = 4;
-constexpr int64_t kAutoChunks = 64;
-
+ * handed between pieces; 0: one piece (gdn_pipe_count, qc_gdn_chunk.h). */
 int pipe_pieces(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int64_t blocks,
                 size_t scratch)
 {
-    int n = gdn_pipe;
-    if (n < 0)
-        n = plan.nchunks >= kAutoPieces * kAutoChunks ? kAutoPieces : 0;
-    if (n < 2 || p.nseq != 1 || plan.nchunks < 2 * static_cast<int64_t>(n))
-        return 0;
-    if (scratch < 2 * sizeof(float) * static_cast<size_t>(p.hv) * p.dk * p.dv)
-        return 0;
-    return blocks <= sm_count() ? n : 0;
+    bool fits = scratch >= 2 * sizeof(float) * static_cast<size_t>(p.hv) * p.dk * p.dv;
+    return gdn_pipe_count(gdn_pipe, p.nseq, plan.nchunks, fits, blocks, sm_count());
 }
 
 /* wy(lo, hi, stream), which forms chunks lo .. hi - 1 (table rows), then walk(pp, h0, ht,

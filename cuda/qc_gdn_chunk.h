@@ -117,8 +117,27 @@ extern int gdn_solve_tc;
  * walk in gdn_pipe pieces of the sequence's chunks on two streams, wy on piece i + 1 beside the
  * walk on piece i (the walks on a stream of the greatest priority), the state handed from
  * piece to piece in FP32 (so the same bits as in one piece). 0 or 1: one piece; -1 (the
- * default): 4 pieces where each has at least 64 chunks, else one. */
+ * default): as gdn_pipe_count says. */
 extern int gdn_pipe;
+/* The pieces gdn_pipe gives a walk (0: one piece), from the knob, the problem's sequences and
+ * chunks, whether the free workspace holds the two FP32 states handed between pieces, and the
+ * walk's blocks against the device's SMs. The knob -1 takes kPipeAutoPieces pieces where each
+ * has at least kPipeAutoChunks chunks (at 1 x 1024, 16 chunks, 4 pieces were slower than one on
+ * an H100, at 1 x 32768, 512 chunks, faster; between them the bound is not tuned), else one.
+ * Any count needs one sequence (its chunks are a range of the chunk table, which wy takes piece
+ * by piece), at least two chunks a piece, and a walk that leaves room on the SMs for wy's blocks
+ * beside it (a block an SM or fewer). */
+constexpr int kPipeAutoPieces = 4;
+constexpr int64_t kPipeAutoChunks = 64;
+inline int gdn_pipe_count(int knob, int64_t nseq, int64_t nchunks, bool scratch_fits,
+                          int64_t blocks, int64_t sms)
+{
+    int n = knob >= 0 ? knob : nchunks >= kPipeAutoPieces * kPipeAutoChunks ? kPipeAutoPieces : 0;
+    if (n < 2 || nseq != 1 || nchunks < 2 * static_cast<int64_t>(n) || !scratch_fits ||
+        blocks > sms)
+        return 0;
+    return n;
+}
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
 extern int gdn_wy_tiles;

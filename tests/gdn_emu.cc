@@ -10,8 +10,9 @@
  * chunk), two value heads on one q/k head, an initial state and a dht; the walks' workspace
  * inputs (W, U, A) are random: the walks are functions of them whatever produced them. The
  * walks again over windows of the chunks, chained through FP32 states as gdn_pipe chains
- * them, must give one walk's bytes. First,
- * put_strip's two forms on distinct values; wy_gva_kernel, which must give wy_fast_kernel's bytes;
+ * them, must give one walk's bytes. First, gdn_pipe_count's rule for how many pieces (the
+ * default's bound, forced counts, the cases that keep one piece); put_strip's two forms on
+ * distinct values; wy_gva_kernel, which must give wy_fast_kernel's bytes;
  * last, the staged forward and backward end to end
  * (wy_fast_kernel, the walks, grad_fast_kernel, qk_sum_h_kernel, as the plugin launches them)
  * against qs_gdn_fwd and qs_gdn_bwd, with the bounds of gdn_bench's checks. This checks the
@@ -753,8 +754,43 @@ template <int kW, bool kWg, bool kTf> void run_windows(const inputs &in)
     }
 }
 
+/* gdn_pipe_count, the rule that cuts one sequence's wy and walk into pieces: the default's
+ * bound (4 pieces from 256 chunks), a forced count, and the cases that keep one piece. */
+void pipe_rule_check()
+{
+    struct {
+        const char *what;
+        int knob;
+        int64_t nseq, nchunks;
+        bool fits;
+        int64_t blocks;
+        int want;
+    } cases[] = {
+        {"default, 1 x 32768 (512 chunks, 128 walk blocks, 132 SMs)", -1, 1, 512, true, 128, 4},
+        {"default, 1 x 1024 (16 chunks)", -1, 1, 16, true, 128, 0},
+        {"default, 255 chunks", -1, 1, 255, true, 128, 0},
+        {"default, 256 chunks", -1, 1, 256, true, 128, 4},
+        {"default, two sequences", -1, 2, 1024, true, 128, 0},
+        {"default, a walk of more blocks than SMs", -1, 1, 512, true, 256, 0},
+        {"default, no room for the states", -1, 1, 512, false, 128, 0},
+        {"forced 2 at 16 chunks", 2, 1, 16, true, 128, 2},
+        {"forced 8 at 16 chunks", 8, 1, 16, true, 128, 8},
+        {"forced 8 at 15 chunks (two a piece)", 8, 1, 15, true, 128, 0},
+        {"forced 1", 1, 1, 512, true, 128, 0},
+        {"forced 0", 0, 1, 512, true, 128, 0},
+    };
+    for (const auto &c : cases) {
+        int got = qc::gdn_pipe_count(c.knob, c.nseq, c.nchunks, c.fits, c.blocks, 132);
+        char name[160];
+        snprintf(name, sizeof name, "gdn_pipe_count, %s: %d pieces (want %d)", c.what, got, c.want);
+        report(name, {{"difference", static_cast<double>(got > c.want ? got - c.want : c.want - got)}},
+               true);
+    }
+}
+
 int main()
 {
+    pipe_rule_check();
     inputs in;
     strip_check();
     wy_ref_t wref = wy_reference(in);

@@ -1088,8 +1088,9 @@ int main(int argc, char **argv)
            qc::gdn_solve_tc ? "on the tensor cores" : "in FP32 on the CUDA cores",
            tc ? tc : "unset");
     if (qc::gdn_pipe < 0)
-        printf("chunk-bf16-smem: one sequence's wy and walk in 4 pieces where each has 64 chunks "
-               "or more (QSPEC_GDN_PIPE=%s)\n", pp ? pp : "unset");
+        printf("chunk-bf16-smem: one sequence's wy and walk in %d pieces where each has %d chunks "
+               "or more (QSPEC_GDN_PIPE=%s)\n", qc::kPipeAutoPieces,
+               static_cast<int>(qc::kPipeAutoChunks), pp ? pp : "unset");
     else
         printf("chunk-bf16-smem: one sequence's wy and walk in %d piece(s) (QSPEC_GDN_PIPE=%s)\n",
                qc::gdn_pipe > 1 ? qc::gdn_pipe : 1, pp ? pp : "unset");
