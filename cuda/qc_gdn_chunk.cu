@@ -48,6 +48,7 @@ int gdn_wy_gva = -1;
 int gdn_tform = 1;
 int gdn_solve_tc = 1;
 int gdn_pipe = -1;
+int gdn_bwd_overlap = 0;
 
 void gdn_forms_from_env()
 {
@@ -63,6 +64,7 @@ void gdn_forms_from_env()
         flag("QSPEC_GDN_TFORM", &gdn_tform);
         flag("QSPEC_GDN_LEAN_WG", &gdn_lean_wg);
         flag("QSPEC_GDN_SOLVE_TC", &gdn_solve_tc);
+        flag("QSPEC_GDN_BWD_OVERLAP", &gdn_bwd_overlap);
         const char *e = getenv("QSPEC_GDN_PIPE");
         char *end = nullptr;
         long n = e ? strtol(e, &end, 10) : -1;
@@ -794,12 +796,67 @@ int pipe_pieces(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int64_t 
     return gdn_pipe_count(gdn_pipe, p.nseq, plan.nchunks, fits, blocks, sm_count());
 }
 
+/* The current device's side stream: non-blocking, of the device's greatest priority (so that its
+ * blocks take an SM first as other blocks retire), created the first time and kept. */
+cudaError_t side_stream(cudaStream_t *out)
+{
+    static std::mutex mu;
+    static cudaStream_t side_of[64]; /* by device */
+    int dev = 0, least = 0, greatest = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess && (dev < 0 || dev >= 64))
+        err = cudaErrorInvalidDevice;
+    if (err != cudaSuccess)
+        return err;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!side_of[dev]) {
+        err = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+        if (err == cudaSuccess)
+            err = cudaStreamCreateWithPriority(&side_of[dev], cudaStreamNonBlocking, greatest);
+    }
+    *out = side_of[dev];
+    return err;
+}
+
+/* Work on the side stream between st's: open() orders the side stream after what st holds,
+ * close() st after what the side stream then holds (where err is cudaSuccess) and releases the
+ * events (each once its work completes); `ready` is a second event for the caller. */
+struct side_fork {
+    cudaStream_t side = nullptr;
+    cudaEvent_t fork = nullptr, ready = nullptr;
+    cudaError_t open(cudaStream_t st)
+    {
+        cudaError_t err = side_stream(&side);
+        if (err == cudaSuccess)
+            err = cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+        if (err == cudaSuccess)
+            err = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+        if (err == cudaSuccess)
+            err = cudaEventRecord(fork, st);
+        if (err == cudaSuccess)
+            err = cudaStreamWaitEvent(side, fork, 0);
+        return err;
+    }
+    cudaError_t close(cudaStream_t st, cudaError_t err)
+    {
+        if (err == cudaSuccess)
+            err = cudaEventRecord(fork, side);
+        if (err == cudaSuccess)
+            err = cudaStreamWaitEvent(st, fork, 0);
+        for (cudaEvent_t e : {fork, ready})
+            if (e)
+                cudaEventDestroy(e);
+        return err == cudaSuccess ? cudaGetLastError() : err;
+    }
+};
+
 /* wy(lo, hi, stream), which forms chunks lo .. hi - 1 (table rows), then walk(pp, h0, ht,
  * stream), which walks pp's window from state h0 to ht over a grid of `blocks` blocks, on st;
  * or, where pipe_pieces gives pieces (`scratch`, `scratch_bytes` free for two states), the
- * chunks of the one sequence in that many pieces: wy takes the pieces one after another on st; the walks run on a second stream of the device's greatest
- * priority (so that as blocks of wy retire, the walk's take their place first), the walk of
- * piece i after wy of piece i (an event) and beside wy of piece i + 1. The state between
+ * chunks of the one sequence in that many pieces: wy takes the pieces one after another on st;
+ * the walks run on the side stream (side_stream: as blocks of wy retire, the walk's take their
+ * place first), the walk of piece i after wy of piece i (an event) and beside wy of piece
+ * i + 1. The state between
  * pieces is FP32 in scratch (two states, taken in turn), so the walk's bits are those of one
  * piece. Every launch is ordered after what st held before the call, and st after every launch
  * of the call. */
@@ -816,53 +873,23 @@ cudaError_t wy_and_walk(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, 
             walk(p, h0, ht, st);
         return cudaGetLastError();
     }
-    static std::mutex mu;
-    static cudaStream_t side_of[64]; /* by device, created the first time, kept */
-    int dev = 0, least = 0, greatest = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err == cudaSuccess && (dev < 0 || dev >= 64))
-        err = cudaErrorInvalidDevice;
-    cudaStream_t side = nullptr;
-    if (err == cudaSuccess) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!side_of[dev]) {
-            err = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-            if (err == cudaSuccess)
-                err = cudaStreamCreateWithPriority(&side_of[dev], cudaStreamNonBlocking, greatest);
-        }
-        side = side_of[dev];
-    }
-    cudaEvent_t fork = nullptr, ready = nullptr;
-    if (err == cudaSuccess)
-        err = cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
-    if (err == cudaSuccess)
-        err = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
-    if (err == cudaSuccess)
-        err = cudaEventRecord(fork, st);
-    if (err == cudaSuccess)
-        err = cudaStreamWaitEvent(side, fork, 0);
+    side_fork sf;
+    cudaError_t err = sf.open(st);
     auto cut = [&](int i) { return nch * i / pieces; };
     const size_t ns = static_cast<size_t>(p.hv) * p.dk * p.dv;
     for (int i = 0; i < pieces && err == cudaSuccess; i++) {
         wy(cut(i), cut(i + 1), st);
-        err = cudaEventRecord(ready, st);
+        err = cudaEventRecord(sf.ready, st);
         if (err == cudaSuccess)
-            err = cudaStreamWaitEvent(side, ready, 0);
+            err = cudaStreamWaitEvent(sf.side, sf.ready, 0);
         gdn_chunk_problem pp = p;
         pp.walk_lo = static_cast<int32_t>(cut(i));
         pp.walk_hi = static_cast<int32_t>(cut(i + 1));
         if (err == cudaSuccess)
             walk(pp, i == 0 ? h0 : scratch + ((i - 1) & 1) * ns,
-                 i + 1 == pieces ? ht : scratch + (i & 1) * ns, side);
+                 i + 1 == pieces ? ht : scratch + (i & 1) * ns, sf.side);
     }
-    if (err == cudaSuccess) /* st after the last walk */
-        err = cudaEventRecord(fork, side);
-    if (err == cudaSuccess)
-        err = cudaStreamWaitEvent(st, fork, 0);
-    for (cudaEvent_t e : {fork, ready})
-        if (e)
-            cudaEventDestroy(e); /* released once its work completes */
-    return err == cudaSuccess ? cudaGetLastError() : err;
+    return sf.close(st, err); /* st after the last walk */
 }
 
 /* The serial kernels of kGdnMmaBf16Smem, their threads, shared memory and value columns a
@@ -881,6 +908,12 @@ serial_kernel<decltype(&state_lean_kernel<kOut, 4>)> state_of(int lw)
         return {state_lean_kernel<kOut, 8, kWg, kTf>, 256, lean_layout<kOut, 8, kWg, kTf>::kBytes,
                 128};
     return {state_lean_kernel<kOut, 4, kWg, kTf>, 128, lean_layout<kOut, 4, kWg, kTf>::kBytes, 64};
+}
+/* state_lean_kernel without o, 4 warps, in one stage (gdn_bwd_overlap). */
+template <bool kWg> serial_kernel<decltype(&state_lean_kernel<false, 4>)> state_one_stage()
+{
+    return {state_lean_kernel<false, 4, kWg, false, 1>, 128,
+            lean_layout<false, 4, kWg, false, 1>::kBytes, 64};
 }
 /* dstate_lean_kernel<4 or 8, kWg> for lw warps, with its shared memory. */
 template <bool kWg> serial_kernel<decltype(&dstate_lean_kernel<4>)> dstate_of(int lw)
@@ -1570,7 +1603,11 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     cudaError_t err =
         cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     int lw = lean_warps(p);
-    auto sk = state_pick<false>(lw);
+    const int64_t walk_blocks = p.dv / (16 * lw) * p.hv * p.nseq;
+    const bool overlap = gdn_bwd_overlap_on(gdn_bwd_overlap, lw, walk_blocks, sm_count());
+    auto sk = !overlap          ? state_pick<false>(lw)
+              : lean_on_wgmma() ? state_one_stage<true>()
+                                : state_one_stage<false>();
     auto dk_ = lean_on_wgmma() ? dstate_of<true>(lw) : dstate_of<false>(lw);
     if (err == cudaSuccess)
         err =
@@ -1610,15 +1647,30 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
             sk.fn<<<grid, sk.threads, sk.smem, s>>>(pp, tq, tk, g, W, U, A, a, nullptr, b,
                                                     plan.chunk0, plan.nchunks, hs, U);
         };
-        /* the states between pieces in the value heads' dq̂, dk̂ (written only later, by
-         * grad_fast_kernel) */
-        const size_t nqk = 2 * static_cast<size_t>(p.tokens) * p.hv * p.dk;
-        err = wy_and_walk(p, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z, plan.dqk,
-                          nqk * sizeof(bf16), h0, nullptr, st, wy_range, walk);
-        if (err != cudaSuccess)
-            return err;
+        if (overlap) { /* wy, then the state pass beside the reverse walk */
+            wy_range(0, plan.nchunks, st);
+            side_fork sf;
+            err = sf.open(st);
+            if (err == cudaSuccess) {
+                dk_.fn<<<dim3((unsigned)(p.dv / dk_.cols), (unsigned)p.hv, (unsigned)p.nseq),
+                         dk_.threads, dk_.smem, sf.side>>>(p, plan.chunk0, plan.nchunks, tq, tk,
+                                                           tdo, g, W, A, dht, dhs, dVn, dh0);
+                walk(p, h0, nullptr, st);
+            }
+            err = sf.close(st, err); /* grad_fast_kernel after both walks */
+            if (err != cudaSuccess)
+                return err;
+        } else {
+            /* the states between pieces in the value heads' dq̂, dk̂ (written only later, by
+             * grad_fast_kernel) */
+            const size_t nqk = 2 * static_cast<size_t>(p.tokens) * p.hv * p.dk;
+            err = wy_and_walk(p, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z, plan.dqk,
+                              nqk * sizeof(bf16), h0, nullptr, st, wy_range, walk);
+            if (err != cudaSuccess)
+                return err;
+        }
     }
-    if (p.nseq > 0)
+    if (p.nseq > 0 && !(overlap && plan.nchunks > 0 && !fused))
         dk_.fn<<<dim3((unsigned)(p.dv / dk_.cols), (unsigned)p.hv, (unsigned)p.nseq), dk_.threads,
                  dk_.smem, st>>>(p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W, A, dht, dhs, dVn,
                                  dh0);

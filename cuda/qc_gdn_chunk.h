@@ -138,13 +138,25 @@ inline int gdn_pipe_count(int knob, int64_t nseq, int64_t nchunks, bool scratch_
         return 0;
     return n;
 }
+/* gdn_bwd_overlap (1; 0, the default, until timed on a GPU): the staged backward forms wy for
+ * every chunk, then runs the reverse walk (dstate_lean_kernel, which reads W and A but not the
+ * states) on the side stream beside the state pass, which takes one stage of tiles
+ * (state_lean_kernel<..., 1>) so that a block of each fits on one SM; where gdn_bwd_overlap_on
+ * says so (4-warp walks of at most one block an SM), else the order of gdn_pipe. The same
+ * products, so the same bytes. */
+extern int gdn_bwd_overlap;
+inline bool gdn_bwd_overlap_on(int knob, int lw, int64_t walk_blocks, int64_t sms)
+{
+    return knob > 0 && lw == 4 && walk_blocks <= sms;
+}
 /* wy_fast_kernel's shared-memory tiles for the benchmark: 5 takes the five-tile form (V fetched
  * with K and Q, two blocks an SM); otherwise four (V fetched once T is formed, three). */
 extern int gdn_wy_tiles;
 #ifndef QC_EMU
-/* Sets gdn_lean_wg, gdn_wy_wide, gdn_wy_gva, gdn_tform, gdn_solve_tc and gdn_pipe from the
- * environment the first time it is called, and never again: QSPEC_GDN_LEAN_WG, QSPEC_GDN_WY_WIDE,
- * QSPEC_GDN_WY_GVA, QSPEC_GDN_TFORM and QSPEC_GDN_SOLVE_TC, each "0" or "1", and QSPEC_GDN_PIPE,
+/* Sets gdn_lean_wg, gdn_wy_wide, gdn_wy_gva, gdn_tform, gdn_solve_tc, gdn_bwd_overlap and gdn_pipe
+ * from the environment the first time it is called, and never again: QSPEC_GDN_LEAN_WG,
+ * QSPEC_GDN_WY_WIDE, QSPEC_GDN_WY_GVA, QSPEC_GDN_TFORM, QSPEC_GDN_SOLVE_TC and
+ * QSPEC_GDN_BWD_OVERLAP, each "0" or "1", and QSPEC_GDN_PIPE,
  * 0 to 64 (another value, or none, keeps the default, -1). The plugin calls it when it selects its
  * GDN path, gdn_bench first thing, so a benchmark's later changes to them are not undone. */
 void gdn_forms_from_env();

@@ -769,8 +769,9 @@ constexpr int kLdT = 24; /* BF16 row stride of a warp's [64][16] staging tile (4
  * and A have padded rows (kLdH, kLdH64) for the mma.sync walk, or (kWg, state_lean_kernel's
  * wgmma walk) the 128-byte swizzle of the wgmma operands (swz_layout<64>), each such tile
  * 1024-byte aligned from base(). */
-template <bool kQA, int kW, bool kWg = false, bool kTf = false> struct lean_layout {
+template <bool kQA, int kW, bool kWg = false, bool kTf = false, int kS = 2> struct lean_layout {
     static_assert(kW == 4 || kW == 8, "4 or 8 warps");
+    static_assert(kS == 1 || kS == 2, "one or two stages");
     static constexpr int kCols = 16 * kW;
     static constexpr int kLdX = kCols + 8;
     static constexpr int kTileX = kC * kLdX * 2;
@@ -786,7 +787,7 @@ template <bool kQA, int kW, bool kWg = false, bool kTf = false> struct lean_layo
     static constexpr int kStg = kC * kLdT * 2;
     static constexpr int kVec = (kTf ? 4 : 3) * kC * 4; /* the T form: e^G too */
     static constexpr size_t kBytes =
-        2 * static_cast<size_t>(kStage) + kW * static_cast<size_t>(kStg + kVec) + (kWg ? 1024 : 0);
+        kS * static_cast<size_t>(kStage) + kW * static_cast<size_t>(kStg + kVec) + (kWg ? 1024 : 0);
     /* the start of the layout in the dynamic shared memory s (kWg: aligned up to 1024 bytes) */
     static __device__ unsigned char *base(unsigned char *s)
     {
@@ -820,11 +821,11 @@ template <bool kQA, int kW, bool kWg = false, bool kTf = false> struct lean_layo
     }
     static __device__ bf16 *stg(unsigned char *s, int warp)
     {
-        return reinterpret_cast<bf16 *>(s + 2 * kStage + warp * kStg);
+        return reinterpret_cast<bf16 *>(s + kS * kStage + warp * kStg);
     }
     static __device__ float *vec(unsigned char *s, int warp)
     {
-        return reinterpret_cast<float *>(s + 2 * kStage + kW * kStg + warp * kVec);
+        return reinterpret_cast<float *>(s + kS * kStage + kW * kStg + warp * kVec);
     }
     /* where the fetches put rows of W, K, Q (128 columns) and of A (64) */
     static __device__ auto lay_q()
@@ -859,6 +860,13 @@ static_assert(lean_layout<true, 4, true>::kBytes <= 227 * 1024 &&
                   lean_layout<false, 8, true>::kStage % 1024 == 0 &&
                   lean_layout<true, 8, true>::kOffX % 1024 == 0,
               "state_lean_kernel's wgmma walk: shared memory, and tiles 1024-byte aligned");
+static_assert(lean_layout<false, 4, false, false, 1>::kBytes + lean_layout<true, 4>::kBytes +
+                          2 * 1024 <=
+                      228 * 1024 &&
+                  lean_layout<false, 4, true, false, 1>::kBytes +
+                          lean_layout<true, 4, true>::kBytes + 2 * 1024 <=
+                      228 * 1024,
+              "the state pass in one stage beside dstate_lean_kernel, 4 warps each, on one SM");
 static_assert(kMaxD % 64 == 0, "the lean kernels' column blocks tile dv");
 
 /* tile_rows for NT threads (tid their index, from 0): rows of per 16-byte copies. NT is a
@@ -1291,15 +1299,18 @@ __device__ __forceinline__ void wg_chunk_t(float (&s)[16][4], const uint32_t (&s
  * on wgmma (wg_chunk), each group of four warps one warpgroup of 64 columns, reading W, K, Q
  * and A from swizzled tiles once a warpgroup instead of once a warp; the same steps. kTf (the
  * forward only): the T form, lean_chunk_t or wg_chunk_t, with Tu (BF16 [hv][tokens][64]) passed
- * as W and the values v as U. */
-template <bool kOut, int kW, bool kWg = false, bool kTf = false>
+ * as W and the values v as U. kS (the state pass only) 1: one stage of the chunk tiles, chunk c
+ * fetched only once every warp is done with chunk c - 1, so that a block of 4 warps fits beside
+ * a dstate_lean_kernel block on one SM (gdn_bwd_overlap); the same products, so the same bytes. */
+template <bool kOut, int kW, bool kWg = false, bool kTf = false, int kS = 2>
 __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
     state_lean_kernel(gdn_chunk_problem p, const bf16 *q, const bf16 *k, const float *gate,
                       const bf16 *W, const bf16 *U, const bf16 *A, const float *h0, bf16 *o,
                       float *ht, const int32_t *chunk0, int64_t nchunks, bf16 *hs, bf16 *vn)
 {
     static_assert(!kTf || kOut, "the T form: the forward");
-    typedef lean_layout<kOut, kW, kWg, kTf> L;
+    static_assert(kS == 2 || !kOut, "one stage: the state pass");
+    typedef lean_layout<kOut, kW, kWg, kTf, kS> L;
     constexpr int NT = 32 * kW;
     QC_GDN_SMEM(smlean);
     unsigned char *smb = L::base(smlean);
@@ -1350,12 +1361,14 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
         fetch(lo, 0);
     cp_commit();
     for (int64_t c = lo; c < hi; c++) {
-        int b = static_cast<int>((c - lo) & 1);
+        int b = kS == 2 ? static_cast<int>((c - lo) & 1) : 0;
         int64_t tok0 = start + c * kC, nc = len - c * kC < kC ? len - c * kC : kC;
         size_t row0 = static_cast<size_t>(hvi) * p.tokens + tok0;
-        __syncthreads(); /* every warp is done with stage b ^ 1 */
-        if (c + 1 < hi)
+        __syncthreads(); /* every warp is done with stage b ^ 1 (one stage: with stage 0) */
+        if (c + 1 < hi && kS == 2)
             fetch(c + 1, b ^ 1);
+        else if (c > lo && kS == 1) /* one stage: chunk c only now */
+            fetch(c, 0);
         cp_commit();
         uint32_t sa[8][4]; /* S^T in BF16, the A operand */
         acc_to_a<8>(sa, s);
@@ -1364,7 +1377,7 @@ __global__ void __launch_bounds__(32 * kW, kOut || kW == 8 ? 1 : 2)
                 stg, s,
                 hs + (static_cast<size_t>(hvi) * nchunks + chunk0[n] + c) * kMaxD * kMaxD + cv +
                     cw);
-        cp_wait<1>();
+        cp_wait<kS - 1>();
         if constexpr (kWg) /* this thread's copies -> the wgmma of every warp (async proxy) */
             fence_async();
         __syncthreads(); /* stage b is visible */

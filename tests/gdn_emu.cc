@@ -10,7 +10,8 @@
  * chunk), two value heads on one q/k head, an initial state and a dht; the walks' workspace
  * inputs (W, U, A) are random: the walks are functions of them whatever produced them. The
  * walks again over windows of the chunks, chained through FP32 states as gdn_pipe chains
- * them, must give one walk's bytes. First, gdn_pipe_count's rule for how many pieces (the
+ * them, must give one walk's bytes, and so must the state pass in one stage of tiles (the form
+ * gdn_bwd_overlap runs). First, gdn_pipe_count's rule for how many pieces (the
  * default's bound, forced counts, the cases that keep one piece); put_strip's two forms on
  * distinct values; wy_gva_kernel, which must give wy_fast_kernel's bytes;
  * last, the staged forward and backward end to end
@@ -32,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace
@@ -688,44 +690,57 @@ void run_e2e_tform(const e2e &x, qs_ctx *ctx)
 
 } // namespace
 
-/* The walks over windows of each sequence's chunks (gdn_chunk_problem::walk_lo, walk_hi: [0, 1),
- * [1, 2), [2, end), the last one empty for the second sequence), chained through FP32 states as
- * gdn_pipe's launches chain them, against one walk over every chunk: the same bytes of o and the
- * final state (the forward, kTf its T form) and of hs and Vn (the backward's state pass). */
-template <int kW, bool kWg, bool kTf> void run_windows(const inputs &in)
+/* launch(pp, h0, ht) over every chunk, or (pieces) over three windows of each sequence's chunks
+ * (gdn_chunk_problem::walk_lo, walk_hi: [0, 1), [1, 2), [2, end), the last one empty for the
+ * second sequence), the states in turn through two FP32 buffers; ht takes the last state. */
+template <class F> bool chain_walks(const inputs &in, bool pieces, float *ht, F launch)
 {
     const qc::gdn_chunk_problem p{NSEQ, 0, T, H, HV, D, D, in.scale, 0, kCu};
-    const uint3e grid{static_cast<unsigned>(D / (16 * kW)), HV, NSEQ}, block{32u * kW, 1, 1};
     const int32_t cuts[] = {0, 1, 2, INT32_MAX};
+    std::vector<float> st[2] = {std::vector<float>(in.h0.size()), std::vector<float>(in.h0.size())};
+    bool ran = true;
+    const int n = pieces ? 3 : 1;
+    for (int i = 0; i < n; i++) {
+        qc::gdn_chunk_problem pp = p;
+        pp.walk_lo = pieces ? cuts[i] : 0;
+        pp.walk_hi = pieces ? cuts[i + 1] : INT32_MAX;
+        ran = ran && launch(pp, i == 0 ? in.h0.data() : st[(i - 1) & 1].data(),
+                            i + 1 == n ? ht : st[i & 1].data());
+    }
+    return ran;
+}
+
+/* The backward's state pass, state_lean_kernel<false, kW, kWg, false, kS>, of pp from h0 to ht:
+ * the states into hs, Vn over vn (U). */
+template <int kW, bool kWg, int kS = 2>
+bool state_pass(const inputs &in, const qc::gdn_chunk_problem &pp, const float *h0, float *ht,
+                bf16 *hs, bf16 *vn)
+{
+    const uint3e grid{static_cast<unsigned>(D / (16 * kW)), HV, NSEQ}, block{32u * kW, 1, 1};
+    return qc::emu::launch(grid, block, qc::state_lean_kernel<false, kW, kWg, false, kS>, pp,
+                           static_cast<const bf16 *>(nullptr), in.k.data(), in.g.data(),
+                           in.W.data(), vn, static_cast<const bf16 *>(nullptr), h0,
+                           static_cast<bf16 *>(nullptr), ht, kChunk0, int64_t{NCH}, hs, vn);
+}
+
+/* The walks over chain_walks' windows against one walk over every chunk: the same bytes of o
+ * and the final state (the forward, kTf its T form) and of hs and Vn (the backward's state
+ * pass), as gdn_pipe's launches chain them. */
+template <int kW, bool kWg, bool kTf> void run_windows(const inputs &in)
+{
+    const uint3e grid{static_cast<unsigned>(D / (16 * kW)), HV, NSEQ}, block{32u * kW, 1, 1};
     const size_t no = static_cast<size_t>(T) * HV * D, ns = in.h0.size();
-    /* pieces 0: one walk; else the windows, the states in turn through s[0], s[1] */
     auto walks = [&](bool pieces, bool out, bf16 *o, float *ht, bf16 *hs, bf16 *vn) {
-        std::vector<float> st[2] = {std::vector<float>(ns), std::vector<float>(ns)};
-        bool ran = true;
-        const int n = pieces ? 3 : 1;
-        for (int i = 0; i < n; i++) {
-            qc::gdn_chunk_problem pp = p;
-            pp.walk_lo = pieces ? cuts[i] : 0;
-            pp.walk_hi = pieces ? cuts[i + 1] : INT32_MAX;
-            const float *a = i == 0 ? in.h0.data() : st[(i - 1) & 1].data();
-            float *b = i + 1 == n ? ht : st[i & 1].data();
-            if (out)
-                ran = ran && qc::emu::launch(grid, block, qc::state_lean_kernel<true, kW, kWg, kTf>,
-                                             pp, in.q.data(), in.k.data(), in.g.data(),
-                                             in.W.data(), kTf ? in.v.data() : in.U.data(),
-                                             in.A.data(), a, o, b,
-                                             static_cast<const int32_t *>(nullptr), int64_t{0},
-                                             static_cast<bf16 *>(nullptr),
-                                             static_cast<bf16 *>(nullptr));
-            else
-                ran = ran && qc::emu::launch(grid, block, qc::state_lean_kernel<false, kW, kWg>, pp,
-                                             static_cast<const bf16 *>(nullptr), in.k.data(),
-                                             in.g.data(), in.W.data(), vn,
-                                             static_cast<const bf16 *>(nullptr), a,
-                                             static_cast<bf16 *>(nullptr), b, kChunk0,
-                                             int64_t{NCH}, hs, vn);
-        }
-        return ran;
+        return chain_walks(
+            in, pieces, ht, [&](const qc::gdn_chunk_problem &pp, const float *a, float *b) {
+                if (!out)
+                    return state_pass<kW, kWg>(in, pp, a, b, hs, vn);
+                return qc::emu::launch(grid, block, qc::state_lean_kernel<true, kW, kWg, kTf>, pp,
+                                       in.q.data(), in.k.data(), in.g.data(), in.W.data(),
+                                       kTf ? in.v.data() : in.U.data(), in.A.data(), a, o, b,
+                                       static_cast<const int32_t *>(nullptr), int64_t{0},
+                                       static_cast<bf16 *>(nullptr), static_cast<bf16 *>(nullptr));
+            });
     };
     char name[120];
     {
@@ -752,6 +767,36 @@ template <int kW, bool kWg, bool kTf> void run_windows(const inputs &in)
                 {"vn differing", static_cast<double>(ndiff(vn1, vn3))}},
                ran);
     }
+}
+
+/* The state pass in one stage of tiles (state_lean_kernel<false, 4, kWg, false, 1>, which
+ * gdn_bwd_overlap runs beside dstate_lean_kernel) against the two-stage kernel: the same bytes of
+ * hs and Vn, over every chunk and over the windows of run_windows chained through FP32 states. */
+template <bool kWg> void run_one_stage(const inputs &in)
+{
+    const size_t nhs = static_cast<size_t>(HV) * NCH * D * D;
+    auto pass = [&](auto stages, bool windows, bf16 *hs, bf16 *vn) {
+        return chain_walks(
+            in, windows, nullptr, [&](const qc::gdn_chunk_problem &pp, const float *a, float *b) {
+                return state_pass<4, kWg, decltype(stages)::value>(in, pp, a, b, hs, vn);
+            });
+    };
+    using one = std::integral_constant<int, 1>;
+    using two = std::integral_constant<int, 2>;
+    std::vector<bf16> hs2(nhs, bf16(0.0f)), hs1(nhs, bf16(0.0f)), hsw(nhs, bf16(0.0f));
+    std::vector<bf16> vn2 = in.U, vn1 = in.U, vnw = in.U;
+    bool ran = pass(two{}, false, hs2.data(), vn2.data()) &&
+               pass(one{}, false, hs1.data(), vn1.data()) &&
+               pass(one{}, true, hsw.data(), vnw.data());
+    char name[120];
+    snprintf(name, sizeof name, "state_lean_kernel, state pass in one stage, 4 warps, %s",
+             kWg ? "wgmma" : "mma.sync");
+    report(name,
+           {{"hs differing", static_cast<double>(ndiff(hs2, hs1))},
+            {"vn differing", static_cast<double>(ndiff(vn2, vn1))},
+            {"hs differing in 3 windows", static_cast<double>(ndiff(hs2, hsw))},
+            {"vn differing in 3 windows", static_cast<double>(ndiff(vn2, vnw))}},
+           ran);
 }
 
 /* gdn_pipe_count, the rule that cuts one sequence's wy and walk into pieces: the default's
@@ -783,7 +828,8 @@ void pipe_rule_check()
         int got = qc::gdn_pipe_count(c.knob, c.nseq, c.nchunks, c.fits, c.blocks, 132);
         char name[160];
         snprintf(name, sizeof name, "gdn_pipe_count, %s: %d pieces (want %d)", c.what, got, c.want);
-        report(name, {{"difference", static_cast<double>(got > c.want ? got - c.want : c.want - got)}},
+        report(name,
+               {{"difference", static_cast<double>(got > c.want ? got - c.want : c.want - got)}},
                true);
     }
 }
@@ -809,6 +855,8 @@ int main()
     run_windows<4, false, true>(in);
     run_windows<4, true, false>(in);
     run_windows<8, false, false>(in);
+    run_one_stage<false>(in);
+    run_one_stage<true>(in);
     e2e x;
     qs_ctx *ctx = qs_ctx_new();
     run_e2e<false, false>(x, ctx);

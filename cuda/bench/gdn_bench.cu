@@ -43,9 +43,10 @@
  * each staged timing is repeated with the other stores and the other wy kernel, which must give the
  * same bytes, then (the forward) in every form of the walk and of wy with its accuracy against the
  * FP32 recurrence, which must meet the goal (o <= 0.005, ht <= 0.004), and (the backward) with the
- * walks on the other instructions. With one sequence (1 x 1024, 1 x 32768) both directions are timed
- * again with wy and the walk in one piece and beside each other in 4 and 8 pieces (QSPEC_GDN_PIPE;
- * each must give the same bytes). */
+ * walks on the other instructions. With one sequence (1 x 1024, 1 x 32768) both directions are
+ * timed again with wy and the walk in one piece and beside each other in 4 and 8 pieces
+ * (QSPEC_GDN_PIPE; each must give the same bytes), and the backward with the reverse walk beside
+ * the state pass (QSPEC_GDN_BWD_OVERLAP; the same bytes). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -1026,6 +1027,11 @@ void time_bwd_shape(int64_t nseq, int64_t seq_t, int64_t hv)
                     qc::gdn_solve_tc ? "the solve's merges in FP32 on the CUDA cores"
                                      : "the solve's merges on the tensor cores");
             pipe_variants(nseq, "state pass", variant);
+            if (nseq == 1) /* 4-warp walks of at most a block an SM: the reverse walk beside */
+                g_fail += variant(&qc::gdn_bwd_overlap, !qc::gdn_bwd_overlap,
+                                  qc::gdn_bwd_overlap
+                                      ? "the state pass, then the reverse walk"
+                                      : "the reverse walk beside the state pass in one stage") != 0;
             printf("\n");
             CHECK_CUDA(bwd()); /* the default's outputs again, for the lines below */
             CHECK_CUDA(cudaDeviceSynchronize());
@@ -1087,10 +1093,13 @@ int main(int argc, char **argv)
     printf("chunk-bf16-smem: the solve's merges %s (QSPEC_GDN_SOLVE_TC=%s)\n",
            qc::gdn_solve_tc ? "on the tensor cores" : "in FP32 on the CUDA cores",
            tc ? tc : "unset");
+    printf("chunk-bf16-smem: the backward's reverse walk %s (QSPEC_GDN_BWD_OVERLAP=%s)\n",
+           qc::gdn_bwd_overlap ? "beside the state pass where it fits" : "after the state pass",
+           getenv("QSPEC_GDN_BWD_OVERLAP") ? getenv("QSPEC_GDN_BWD_OVERLAP") : "unset");
     if (qc::gdn_pipe < 0)
         printf("chunk-bf16-smem: one sequence's wy and walk in %d pieces where each has %d chunks "
-               "or more (QSPEC_GDN_PIPE=%s)\n", qc::kPipeAutoPieces,
-               static_cast<int>(qc::kPipeAutoChunks), pp ? pp : "unset");
+               "or more (QSPEC_GDN_PIPE=%s)\n",
+               qc::kPipeAutoPieces, static_cast<int>(qc::kPipeAutoChunks), pp ? pp : "unset");
     else
         printf("chunk-bf16-smem: one sequence's wy and walk in %d piece(s) (QSPEC_GDN_PIPE=%s)\n",
                qc::gdn_pipe > 1 ? qc::gdn_pipe : 1, pp ? pp : "unset");
