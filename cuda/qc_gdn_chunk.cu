@@ -856,10 +856,9 @@ struct side_fork {
  * chunks of the one sequence in that many pieces: wy takes the pieces one after another on st;
  * the walks run on the side stream (side_stream: as blocks of wy retire, the walk's take their
  * place first), the walk of piece i after wy of piece i (an event) and beside wy of piece
- * i + 1. The state between
- * pieces is FP32 in scratch (two states, taken in turn), so the walk's bits are those of one
- * piece. Every launch is ordered after what st held before the call, and st after every launch
- * of the call. */
+ * i + 1. The state between pieces is FP32 in scratch (two states, taken in turn), so the walk's
+ * bits are those of one piece. Every launch is ordered after what st held before the call, and
+ * st after every launch of the call. */
 template <class Wy, class Walk>
 cudaError_t wy_and_walk(const gdn_chunk_problem &p, const gdn_chunk_plan &plan, int64_t blocks,
                         float *scratch, size_t scratch_bytes, const float *h0, float *ht,
@@ -1603,8 +1602,11 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     cudaError_t err =
         cudaFuncSetAttribute(wy.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wy.smem);
     int lw = lean_warps(p);
+    const bool fused = mma != kGdnMmaBf16Smem;
     const int64_t walk_blocks = p.dv / (16 * lw) * p.hv * p.nseq;
-    const bool overlap = gdn_bwd_overlap_on(gdn_bwd_overlap, lw, walk_blocks, sm_count());
+    /* the reverse walk beside the state pass (gdn_bwd_overlap) instead of after it */
+    const bool overlap = !fused && plan.nchunks > 0 &&
+                         gdn_bwd_overlap_on(gdn_bwd_overlap, lw, walk_blocks, sm_count());
     auto sk = !overlap          ? state_pick<false>(lw)
               : lean_on_wgmma() ? state_one_stage<true>()
                                 : state_one_stage<false>();
@@ -1626,7 +1628,12 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
     bf16 *hs = reinterpret_cast<bf16 *>(plan.hs), *dhs = reinterpret_cast<bf16 *>(plan.dhs);
     const bf16 *tq = static_cast<const bf16 *>(q), *tk = static_cast<const bf16 *>(k);
     const bf16 *tv = static_cast<const bf16 *>(v), *tdo = static_cast<const bf16 *>(dout);
-    bool fused = mma != kGdnMmaBf16Smem;
+    /* dstate_lean_kernel: dS' into dhs, dVn, dh0 (it reads W and A, never the states) */
+    auto reverse_walk = [&](cudaStream_t s) {
+        dk_.fn<<<dim3((unsigned)(p.dv / dk_.cols), (unsigned)p.hv, (unsigned)p.nseq), dk_.threads,
+                 dk_.smem, s>>>(p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W, A, dht, dhs, dVn,
+                                dh0);
+    };
     if (plan.nchunks > 0 && fused)
         err = mma == kGdnMmaBf16Wg && fl::wg::available()
                   ? launch_fused<false, true>(p, q, k, v, g, beta, h0, nullptr, nullptr,
@@ -1652,9 +1659,7 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
             side_fork sf;
             err = sf.open(st);
             if (err == cudaSuccess) {
-                dk_.fn<<<dim3((unsigned)(p.dv / dk_.cols), (unsigned)p.hv, (unsigned)p.nseq),
-                         dk_.threads, dk_.smem, sf.side>>>(p, plan.chunk0, plan.nchunks, tq, tk,
-                                                           tdo, g, W, A, dht, dhs, dVn, dh0);
+                reverse_walk(sf.side);
                 walk(p, h0, nullptr, st);
             }
             err = sf.close(st, err); /* grad_fast_kernel after both walks */
@@ -1670,10 +1675,8 @@ cudaError_t launch_bwd_fast(const gdn_chunk_problem &p, const gdn_chunk_plan &pl
                 return err;
         }
     }
-    if (p.nseq > 0 && !(overlap && plan.nchunks > 0 && !fused))
-        dk_.fn<<<dim3((unsigned)(p.dv / dk_.cols), (unsigned)p.hv, (unsigned)p.nseq), dk_.threads,
-                 dk_.smem, st>>>(p, plan.chunk0, plan.nchunks, tq, tk, tdo, g, W, A, dht, dhs, dVn,
-                                 dh0);
+    if (p.nseq > 0 && !overlap)
+        reverse_walk(st);
     if (plan.nchunks > 0)
         grad_fast_kernel<<<dim3((unsigned)plan.nchunks, (unsigned)p.hv), kThreads, kGradFastSmem,
                            st>>>(p, plan.chunks, plan.nchunks, tq, tk, tv, tdo, g, beta, U, A, Tw,

@@ -1090,12 +1090,13 @@ int main(int argc, char **argv)
     printf("chunk-bf16-smem: lean serial kernels of %s warps a block (QSPEC_GDN_LEAN_WARPS=%s)\n",
            qc::gdn_lean_warps ? lw : "4 or 8", lw ? lw : "unset");
     const char *tc = getenv("QSPEC_GDN_SOLVE_TC"), *pp = getenv("QSPEC_GDN_PIPE");
+    const char *ov = getenv("QSPEC_GDN_BWD_OVERLAP");
     printf("chunk-bf16-smem: the solve's merges %s (QSPEC_GDN_SOLVE_TC=%s)\n",
            qc::gdn_solve_tc ? "on the tensor cores" : "in FP32 on the CUDA cores",
            tc ? tc : "unset");
     printf("chunk-bf16-smem: the backward's reverse walk %s (QSPEC_GDN_BWD_OVERLAP=%s)\n",
            qc::gdn_bwd_overlap ? "beside the state pass where it fits" : "after the state pass",
-           getenv("QSPEC_GDN_BWD_OVERLAP") ? getenv("QSPEC_GDN_BWD_OVERLAP") : "unset");
+           ov ? ov : "unset");
     if (qc::gdn_pipe < 0)
         printf("chunk-bf16-smem: one sequence's wy and walk in %d pieces where each has %d chunks "
                "or more (QSPEC_GDN_PIPE=%s)\n",
